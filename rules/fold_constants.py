@@ -1,0 +1,29 @@
+"""Constant folding: functions and comparisons of constants become constants.
+
+>>> from spark_ivm.calculus_parser import parse
+>>> str(fold_constants(parse("R(a) * {1 + 2 < 4} * {a + 2 * 3}")))
+'R(a) * {a + 6}'
+"""
+
+from __future__ import annotations
+
+from spark_ivm import functions
+from spark_ivm.analysis import transform_up
+from spark_ivm.calculus import Cmp, Const, Exists, Expr, Fn
+from spark_ivm.evaluator import _compare
+
+__all__ = ["fold_constants"]
+
+
+def fold_constants(e: Expr) -> Expr:
+    return transform_up(e, _fold)
+
+
+def _fold(e: Expr) -> Expr:
+    if isinstance(e, Fn) and all(isinstance(a, Const) for a in e.args) and e.name in functions.FUNCTIONS:
+        return Const(functions.call(e.name, [a.value for a in e.args]))
+    if isinstance(e, Cmp) and isinstance(e.left, Const) and isinstance(e.right, Const):
+        return Const(_compare(e.op, e.left.value, e.right.value))
+    if isinstance(e, Exists) and isinstance(e.expr, Const):
+        return Const(0 if e.expr.value in (0, None) else 1)
+    return e

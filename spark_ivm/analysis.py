@@ -1,0 +1,173 @@
+"""Structural facts about calculus expressions: variables, schemas, relations read, degree, renaming."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Callable, Mapping
+
+from spark_ivm.calculus import (
+    AggSum, Cmp, Const, DeltaRel, Exists, Expr, Fn, Lift, MapRef, Prod, Rel, Sum, Var, aggsum, lift,
+)
+
+
+def _ordered(*groups) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(v for g in groups for v in g))
+
+
+@lru_cache(maxsize=100_000)
+def schema(e: Expr) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(input variables, output variables) of e, independent of any outer scope.
+
+    Input variables must be bound from outside; output variables are bound by e. In a product, a
+    factor's inputs may be bound by the factors to its left.
+    """
+    if isinstance(e, Const):
+        return (), ()
+    if isinstance(e, Var):
+        return (e.name,), ()
+    if isinstance(e, (Rel, DeltaRel)):
+        return (), _ordered(e.vars)
+    if isinstance(e, MapRef):
+        return (), _ordered(e.keys)
+    if isinstance(e, (Fn, Cmp)):
+        return _ordered(*(all_vars(c) for c in e.children())), ()
+    if isinstance(e, Lift):
+        ins, outs = schema(e.expr)
+        return _ordered(ins, outs), (e.var,)
+    if isinstance(e, AggSum):
+        ins, outs = schema(e.expr)
+        return ins, tuple(g for g in e.group if g in outs)
+    if isinstance(e, Exists):
+        return schema(e.expr)
+    if isinstance(e, Sum):
+        parts = [schema(t) for t in e.terms]
+        return _ordered(*(p[0] for p in parts)), _ordered(*(p[1] for p in parts))
+    if isinstance(e, Prod):
+        ins: list[str] = []
+        outs: list[str] = []
+        for f in e.factors:
+            f_ins, f_outs = schema(f)
+            ins.extend(v for v in f_ins if v not in outs)
+            outs.extend(f_outs)
+        return _ordered(ins), _ordered(outs)
+    raise TypeError(f"unknown node {e!r}")
+
+
+def ivars(e: Expr) -> tuple[str, ...]:
+    return schema(e)[0]
+
+
+def ovars(e: Expr) -> tuple[str, ...]:
+    return schema(e)[1]
+
+
+@lru_cache(maxsize=100_000)
+def all_vars(e: Expr) -> tuple[str, ...]:
+    """Every variable mentioned anywhere in e (bound, free, grouped)."""
+    own: tuple[str, ...] = ()
+    if isinstance(e, Var):
+        own = (e.name,)
+    elif isinstance(e, (Rel, DeltaRel)):
+        own = e.vars
+    elif isinstance(e, MapRef):
+        own = e.keys
+    elif isinstance(e, Lift):
+        own = (e.var,)
+    elif isinstance(e, AggSum):
+        own = e.group
+    return _ordered(own, *(all_vars(c) for c in e.children()))
+
+
+def relations(e: Expr) -> tuple[str, ...]:
+    """Names of the base relations e reads (not deltas, not maps), in order of appearance."""
+    return _ordered(x.name for x in e.walk() if isinstance(x, Rel))
+
+
+def delta_relations(e: Expr) -> tuple[str, ...]:
+    return _ordered(x.name for x in e.walk() if isinstance(x, DeltaRel))
+
+
+def map_names(e: Expr) -> tuple[str, ...]:
+    return _ordered(x.name for x in e.walk() if isinstance(x, MapRef))
+
+
+def reads_database(e: Expr) -> bool:
+    return any(isinstance(x, Rel) for x in e.walk())
+
+
+def is_value(e: Expr) -> bool:
+    """A pure value term: no relation, delta, map, lift or aggregate inside."""
+    return all(isinstance(x, (Const, Var, Fn, Cmp, Prod)) for x in e.walk())
+
+
+def degree(e: Expr) -> int:
+    """The polynomial degree in base relations (a delta lowers it by one)."""
+    if isinstance(e, Rel):
+        return 1
+    if isinstance(e, Prod):
+        return sum(degree(f) for f in e.factors)
+    if isinstance(e, Sum):
+        return max((degree(t) for t in e.terms), default=0)
+    if isinstance(e, (AggSum, Exists)):
+        return degree(e.expr)
+    if isinstance(e, Lift):
+        return degree(e.expr)
+    if isinstance(e, (Fn, Cmp)):
+        return max((degree(c) for c in e.children()), default=0)
+    return 0
+
+
+def rename(e: Expr, mapping: Mapping[str, str]) -> Expr:
+    """Rename variables everywhere in e (binding sites included)."""
+    if not mapping:
+        return e
+    r = lambda v: mapping.get(v, v)  # noqa: E731
+    if isinstance(e, Var):
+        return Var(r(e.name))
+    if isinstance(e, Rel):
+        return Rel(e.name, tuple(map(r, e.vars)))
+    if isinstance(e, DeltaRel):
+        return DeltaRel(e.name, tuple(map(r, e.vars)))
+    if isinstance(e, MapRef):
+        return MapRef(e.name, tuple(map(r, e.keys)))
+    if isinstance(e, Lift):
+        return lift(r(e.var), rename(e.expr, mapping))
+    if isinstance(e, AggSum):
+        return aggsum(tuple(map(r, e.group)), rename(e.expr, mapping))
+    if not e.children():
+        return e
+    return e.with_children(tuple(rename(c, mapping) for c in e.children()))
+
+
+def transform_up(e: Expr, f: Callable[[Expr], Expr]) -> Expr:
+    """Apply f bottom-up: children first, then the rebuilt node."""
+    kids = e.children()
+    if kids:
+        new_kids = tuple(transform_up(c, f) for c in kids)
+        if new_kids != kids:
+            e = e.with_children(new_kids)
+    return f(e)
+
+
+def schedule(factors, bound=()) -> list[Expr]:
+    """Order factors so each one's inputs are bound by the outer scope or by factors to its left.
+
+    Stable: a product that is already in a valid order is returned unchanged.
+    """
+    remaining = list(factors)
+    known = set(bound)
+    ordered: list[Expr] = []
+    while remaining:
+        pick = next((i for i, f in enumerate(remaining) if set(ivars(f)) <= known), 0)
+        f = remaining.pop(pick)
+        ordered.append(f)
+        known.update(ovars(f))
+    return ordered
+
+
+def factors_of(e: Expr) -> tuple[Expr, ...]:
+    return e.factors if isinstance(e, Prod) else (e,)
+
+
+def has_delta(e: Expr) -> bool:
+    return any(isinstance(x, DeltaRel) for x in e.walk())

@@ -1,0 +1,134 @@
+"""The viewlet transform: materialize the view, take its delta per base relation, extract the
+database-reading parts of each delta as new maps, and recurse on those maps until the deltas read
+only the batch (or the policy's depth is reached).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping, Sequence
+
+from spark_ivm.analysis import all_vars, rename
+from spark_ivm.calculus import ZERO, AggSum, Expr, MapRef
+from spark_ivm.delta import delta
+from spark_ivm.heuristics import Policy
+from spark_ivm.plan import MapDecl, Plan, Statement, Trigger
+from spark_ivm.query import ViewQuery
+from spark_ivm.rules import SIMPLIFY, RuleExecutor, extract_aggregates
+
+__all__ = ["compile_maps", "compile_query", "compile_view", "simplify"]
+
+
+def simplify(e: Expr, strict: bool = False) -> Expr:
+    return RuleExecutor(SIMPLIFY, strict=strict).execute(e)
+
+
+def canonical(definition: AggSum) -> Expr:
+    """The definition with variables renamed by position: equal for maps that hold the same data."""
+    names = {k: f"#k{i}" for i, k in enumerate(definition.group)}
+    for v in all_vars(definition):
+        names.setdefault(v, f"#v{len(names)}")
+    return rename(definition, names)
+
+
+@dataclass
+class MapRegistry:
+    """Every map of a plan, with sharing of maps whose canonical definitions are equal."""
+
+    maps: list[MapDecl] = field(default_factory=list)
+    by_definition: dict[Expr, MapDecl] = field(default_factory=dict)
+    roots: dict[str, str] = field(default_factory=dict)  # map name -> name of its level-0 ancestor
+
+    def declare(self, name: str, definition: AggSum, level: int, maintenance: str) -> MapDecl:
+        if any(m.name == name for m in self.maps):
+            raise ValueError(f"map {name} declared twice")
+        m = MapDecl(name, definition.group, definition, level, maintenance)
+        self.maps.append(m)
+        self.by_definition.setdefault(canonical(definition), m)
+        return m
+
+    def shared(self, definition: AggSum) -> MapDecl | None:
+        return self.by_definition.get(canonical(definition))
+
+    def fresh_name(self, stem: str) -> str:
+        taken = {m.name for m in self.maps}
+        if stem not in taken:
+            return stem
+        n = 2
+        while f"{stem}{n}" in taken:
+            n += 1
+        return f"{stem}{n}"
+
+
+def compile_maps(
+    roots: Sequence[tuple[str, Expr]],
+    policy: Policy = Policy(),
+    query: ViewQuery | None = None,
+    strict: bool = False,
+) -> Plan:
+    """Compile maps given as (name, AggSum definition) into a plan of triggers."""
+    registry = MapRegistry()
+    for name, definition in roots:
+        definition = simplify(definition, strict)
+        if not isinstance(definition, AggSum):
+            raise ValueError(f"map {name} must be defined by an AggSum, got {definition}")
+        existing = registry.shared(definition)
+        registry.declare(name, definition, 0, policy.maintenance(0))
+        registry.roots[name] = name if existing is None else registry.roots[existing.name]
+
+    statements: dict[str, list[Statement]] = {}
+    done = 0
+    while done < len(registry.maps):
+        m = registry.maps[done]
+        done += 1
+        for relation in _relations(m.definition):
+            stmt = _statement(m, relation, registry, policy, strict)
+            if stmt is not None:
+                statements.setdefault(relation, []).append(stmt)
+
+    triggers = tuple(Trigger(r, tuple(s)) for r, s in statements.items())
+    return Plan(tuple(registry.maps), triggers, query=query, depth=policy.depth)
+
+
+def _relations(e: Expr) -> tuple[str, ...]:
+    from spark_ivm.analysis import relations
+
+    return relations(e)
+
+
+def _statement(m: MapDecl, relation: str, registry: MapRegistry, policy: Policy, strict: bool):
+    if m.maintenance == "recompute":
+        return Statement(m.name, m.keys, ":=", m.definition)
+    d = simplify(delta(m.definition, relation), strict)
+    if d == ZERO:
+        return None
+    if m.maintenance == "incremental":
+        root = registry.roots[m.name]
+
+        def materialize(definition: AggSum) -> MapRef:
+            existing = registry.shared(definition)
+            if existing is None:
+                name = registry.fresh_name(f"{root}_m{relation}")
+                existing = registry.declare(name, definition, m.level + 1, policy.maintenance(m.level + 1))
+                registry.roots[name] = root
+            return MapRef(existing.name, definition.group)
+
+        d = extract_aggregates(d, materialize)
+    return Statement(m.name, m.keys, "+=", d)
+
+
+def compile_query(query: ViewQuery, name: str = "q", depth: int | None = None, strict: bool = False) -> Plan:
+    roots = [(f"{name}_{a.name}", a.definition) for a in query.aggregates]
+    return compile_maps(roots, Policy(depth), query=query, strict=strict)
+
+
+def compile_view(
+    sql: str,
+    schemas: Mapping[str, Sequence[str]],
+    depth: int | None = None,
+    name: str = "q",
+) -> Plan:
+    """Compile `SELECT …` over tables with the given column names into a plan of maps and triggers."""
+    from spark_ivm.sql import translate
+
+    return compile_query(translate(sql, schemas), name=name, depth=depth)

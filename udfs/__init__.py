@@ -1,0 +1,1 @@
+"""Python functions usable inside incremental views (Arrow-vectorized UDFs). Not yet populated."""
