@@ -287,8 +287,8 @@ def aggsum(group: Iterable[str], e: Expr) -> Expr:
     g = tuple(dict.fromkeys(group))
     if e == ZERO:
         return ZERO
-    if isinstance(e, AggSum) and set(g) <= set(e.group):
-        return AggSum(g, e.expr)
+    while isinstance(e, AggSum) and set(g) <= set(e.group):
+        e = e.expr
     return AggSum(g, e)
 
 

@@ -9,6 +9,7 @@ comparisons `{a < b}`, `{a IS NULL}`, `{a IS NOT b}` (null-safe). A delta atom p
 from __future__ import annotations
 
 import datetime
+import math
 from decimal import Decimal
 
 from spark_ivm.calculus import (
@@ -25,6 +26,8 @@ def literal(value: object) -> str:
         return "TRUE" if value else "FALSE"
     if isinstance(value, Decimal):
         return f"{value}BD"
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"no literal form for the non-finite number {value!r}")
     if isinstance(value, (int, float)):
         return repr(value)
     if isinstance(value, datetime.datetime):
@@ -96,7 +99,8 @@ def _is_value(e: Expr) -> bool:
 def _value(e: Expr, parent_prec: int = 0) -> str:
     if isinstance(e, Cmp):
         op = {"is": "IS", "is not": "IS NOT"}.get(e.op, e.op)
-        return f"{_value(e.left, 1)} {op} {_value(e.right, 1)}"
+        text = f"{_value(e.left, 1)} {op} {_value(e.right, 1)}"
+        return f"({text})" if parent_prec > 0 else text
     if isinstance(e, Fn) and e.name in INFIX_FNS and len(e.args) == 2:
         prec = 3 if e.name in ("/", "%") else 2
         text = f"{_value(e.args[0], prec)} {e.name} {_value(e.args[1], prec + 1)}"
@@ -108,5 +112,8 @@ def _value(e: Expr, parent_prec: int = 0) -> str:
         return f"({text})" if 3 < parent_prec else text
     if isinstance(e, (Const, Var)):
         return _factor(e)
-    # A non-value inside a value (e.g. a nested AggSum as a function argument).
+    # A non-value inside a value (e.g. a nested AggSum as a function argument). A Sum or a relation
+    # atom would read back as value arithmetic or a function call: brackets mark calculus syntax.
+    if isinstance(e, (Sum, Rel)):
+        return f"[{_expr(e)}]"
     return _factor(e)

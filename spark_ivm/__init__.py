@@ -1,0 +1,37 @@
+"""spark_ivm: incremental view maintenance for Apache Spark on Delta Lake.
+
+    spark = spark_ivm.session()
+    spark.sql("CREATE INCREMENTAL VIEW revenue AS SELECT … FROM orders JOIN lineitem … GROUP BY …")
+    spark.sql("REFRESH INCREMENTAL VIEW revenue")
+
+The compiler (SQL → calculus → deltas → maps and triggers) is pure Python: `compile_view`.
+"""
+
+from spark_ivm.compiler import compile_view
+from spark_ivm.errors import (
+    IVMError, NonDeterministicError, ParseError, RefreshError, UnknownColumnError, UnknownTableError,
+    UnknownViewError, UnsupportedQueryError, ViewExistsError,
+)
+from spark_ivm.plan import Plan
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "compile_view", "session", "enable", "Plan",
+    "IVMError", "ParseError", "UnsupportedQueryError", "NonDeterministicError", "UnknownTableError",
+    "UnknownColumnError", "UnknownViewError", "ViewExistsError", "RefreshError",
+]
+
+
+def session(warehouse: str | None = None, **conf):
+    """A local Spark session with Delta Lake and the IVM statements enabled."""
+    from spark_ivm.session import session as _session
+
+    return _session(warehouse, **conf)
+
+
+def enable(spark):
+    """Enable the IVM statements on an existing Spark session (a cluster, Databricks, Spark Connect)."""
+    from spark_ivm.runtime import enable as _enable
+
+    return _enable(spark)

@@ -1,0 +1,466 @@
+"""Creating, refreshing, dropping and describing incremental views on a Spark session.
+
+A view has three parts, all in the warehouse: a row in the catalog table (its SQL, options, plan and
+sources), its map store (a Delta table: maps + progress, see mapstore.py) and a Spark view over the
+store that returns exactly what the defining query returns.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import os
+import pickle
+import time
+import uuid
+from dataclasses import dataclass
+
+from spark_ivm.compiler import compile_query
+from spark_ivm.errors import (
+    IVMError, RefreshError, UnknownTableError, UnknownViewError, UnsupportedQueryError, ViewExistsError,
+)
+from spark_ivm.plan import Plan
+from spark_ivm.query import ROW_COUNT
+from spark_ivm.runtime import sources as source_tables
+from spark_ivm.runtime.mapstore import PROGRESS, StoredMap, StoreLayout, key_column, value_column
+from spark_ivm.runtime.sqlgen import VALUE, Sources, quote, statement_sql
+from spark_ivm.runtime.statements import (
+    CreateView, DropView, ExplainView, RefreshAll, RefreshView, ShowViews,
+)
+from spark_ivm.sql import translate
+
+log = logging.getLogger("spark_ivm")
+
+CATALOG_CONF = "spark.ivm.catalog"
+DEFAULT_CATALOG = "default.spark_ivm_views"
+CRASH_ENV = "SPARK_IVM_CRASH_AT"  # test hook: exit the process abruptly at a named refresh step
+
+
+def _crash_point(step: str) -> None:
+    if os.environ.get(CRASH_ENV) == step:
+        os._exit(17)
+
+
+@dataclass
+class ViewEntry:
+    name: str  # qualified db.view
+    sql: str
+    options: dict
+    plan: Plan
+    layout: StoreLayout
+    sources: dict[str, str]  # relation name in the plan -> qualified table
+    source_columns: dict[str, list[list[str]]]  # qualified table -> [[column, type], …]
+    output_types: list[list[str]]  # [[column, type], …] of the defining query
+    created_at: float
+
+    @property
+    def store(self) -> str:
+        return self.layout.table
+
+
+class Engine:
+    def __init__(self, spark):
+        self.spark = spark
+
+    # -- dispatch ------------------------------------------------------------------------------------
+    def execute(self, statement):
+        if isinstance(statement, CreateView):
+            self.create(statement)
+            return self._message(f"created incremental view {self.qualify(statement.name)}")
+        if isinstance(statement, RefreshView):
+            return self._stats_frame([self.refresh(statement.name, full=statement.full)])
+        if isinstance(statement, RefreshAll):
+            return self._stats_frame([self.refresh(e.name) for e in self._ordered_entries()])
+        if isinstance(statement, DropView):
+            self.drop(statement.name, statement.if_exists)
+            return self._message(f"dropped incremental view {self.qualify(statement.name)}")
+        if isinstance(statement, ShowViews):
+            return self.show()
+        if isinstance(statement, ExplainView):
+            return self.spark.createDataFrame([(self.explain(statement.name),)], "plan STRING")
+        raise TypeError(statement)
+
+    def _message(self, text: str):
+        return self.spark.createDataFrame([(text,)], "result STRING")
+
+    def _stats_frame(self, stats: list[dict]):
+        rows = [(s["view"], s["status"], json.dumps(s["versions"]), s["rows_merged"], float(s["seconds"]))
+                for s in stats]
+        return self.spark.createDataFrame(
+            rows, "view STRING, status STRING, source_versions STRING, rows_merged BIGINT, seconds DOUBLE")
+
+    # -- names ---------------------------------------------------------------------------------------
+    def qualify(self, name: str) -> str:
+        parts = name.split(".")
+        if len(parts) == 1:
+            return f"{self.spark.catalog.currentDatabase()}.{parts[0]}".lower()
+        return name.lower()
+
+    @property
+    def catalog_table(self) -> str:
+        return self.spark.conf.get(CATALOG_CONF, DEFAULT_CATALOG)
+
+    # -- catalog -------------------------------------------------------------------------------------
+    def _ensure_catalog(self) -> None:
+        self.spark.sql(
+            f"CREATE TABLE IF NOT EXISTS {self.catalog_table} (name STRING, sql STRING, entry STRING, "
+            f"created_at DOUBLE) USING delta "
+            f"TBLPROPERTIES ('delta.enableChangeDataFeed' = 'false')")
+
+    def _entries(self) -> list[ViewEntry]:
+        if not self.spark.catalog.tableExists(self.catalog_table):
+            return []
+        rows = self.spark.sql(f"SELECT entry FROM {self.catalog_table} ORDER BY created_at").collect()
+        return [pickle.loads(base64.b64decode(r["entry"])) for r in rows]
+
+    def entry(self, name: str) -> ViewEntry:
+        qualified = self.qualify(name)
+        for e in self._entries():
+            if e.name == qualified:
+                return e
+        raise UnknownViewError(f"no incremental view named {qualified}")
+
+    def _save_entry(self, e: ViewEntry) -> None:
+        self._ensure_catalog()
+        blob = base64.b64encode(pickle.dumps(e)).decode()
+        self.spark.createDataFrame([(e.name, e.sql, blob, e.created_at)],
+                                   "name STRING, sql STRING, entry STRING, created_at DOUBLE"
+                                   ).createOrReplaceTempView("__ivm_entry")
+        self.spark.sql(
+            f"MERGE INTO {self.catalog_table} t USING __ivm_entry s ON t.name = s.name "
+            f"WHEN MATCHED THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *")
+
+    def _delete_entry(self, name: str) -> None:
+        if self.spark.catalog.tableExists(self.catalog_table):
+            self.spark.sql(f"DELETE FROM {self.catalog_table} WHERE name = '{name}'")
+
+    def _ordered_entries(self) -> list[ViewEntry]:
+        """Views in dependency order: a view reading another incremental view comes after it."""
+        entries = self._entries()
+        by_store = {e.name: e for e in entries}
+        ordered, seen = [], set()
+
+        def visit(e: ViewEntry):
+            if e.name in seen:
+                return
+            seen.add(e.name)
+            for table in e.sources.values():
+                if table in by_store:
+                    visit(by_store[table])
+            ordered.append(e)
+
+        for e in entries:
+            visit(e)
+        return ordered
+
+    # -- CREATE --------------------------------------------------------------------------------------
+    def create(self, stmt: CreateView) -> None:
+        name = self.qualify(stmt.name)
+        if any(e.name == name for e in self._entries()):
+            if stmt.if_not_exists:
+                return
+            raise ViewExistsError(f"incremental view {name} already exists")
+        if self.spark.catalog.tableExists(name):
+            raise ViewExistsError(f"a table or view named {name} already exists")
+        store = f"{name}__ivm_maps"
+        try:
+            entry = self._build(name, stmt.query, stmt.options, store)
+            self._save_entry(entry)
+        except BaseException:
+            self._remove_objects(name, store)
+            raise
+
+    def _build(self, name: str, sql: str, options: dict, store: str) -> ViewEntry:
+        tables = source_tables.referenced_tables(sql)
+        schemas, qualified = {}, {}
+        for t in tables:
+            q = self.qualify(t)
+            if self.spark.catalog.tableExists(q) and q != name:
+                schemas[t] = [f.name for f in self.spark.table(q).schema.fields]
+                qualified[t] = q
+        query = translate(sql, schemas)  # raises UnknownTableError for the missing ones
+        plan = compile_query(query, name=name.split(".")[-1], depth=options.get("depth"))
+        relation_tables = {r: qualified[_schema_key(r, qualified)] for r in query.relations}
+        for table in set(relation_tables.values()):
+            source_tables.check_delta_source(self.spark, table)
+        output_types = [[f.name, f.dataType.simpleString()] for f in self.spark.sql(sql).schema.fields]
+        versions = {t: source_tables.current_version(self.spark, t) for t in set(relation_tables.values())}
+        source_columns = {t: [[f.name, f.dataType.simpleString()] for f in self.spark.table(t).schema.fields]
+                          for t in set(relation_tables.values())}
+
+        sources = self._sources(relation_tables, source_columns, versions, layout=None, store_version=None)
+        computed = {}
+        for m in plan.maps:
+            df = self.spark.sql(statement_sql(m.definition, m.keys, sources))
+            computed[m.name] = df
+        key_types: dict[str, str] = {}
+        stored = []
+        for i, m in enumerate(plan.maps):
+            fields = {f.name: f.dataType.simpleString() for f in computed[m.name].schema.fields}
+            for k in m.keys:
+                key_types.setdefault(k, fields[k])
+            stored.append(StoredMap(i, m.name, m.keys, _value_type(fields[VALUE])))
+        layout = StoreLayout(store, tuple(stored), tuple(key_types.items()))
+
+        parts = [layout.rows_sql(m.name, statement_sql(m.definition, m.keys, sources)) for m in plan.maps]
+        parts.append(layout.progress_sql(versions))
+        self.spark.sql(
+            f"CREATE TABLE {store} USING delta TBLPROPERTIES ('delta.enableDeletionVectors' = 'true', "
+            f"'delta.enableChangeDataFeed' = 'false') AS " + " UNION ALL ".join(parts))
+        entry = ViewEntry(name, sql, options, plan, layout, relation_tables, source_columns, output_types,
+                          time.time())
+        self.spark.sql(f"CREATE VIEW {name} AS {read_view_sql(entry)}")
+        return entry
+
+    def _remove_objects(self, name: str, store: str) -> None:
+        for statement in (f"DROP VIEW IF EXISTS {name}", f"DROP TABLE IF EXISTS {store}"):
+            try:
+                self.spark.sql(statement)
+            except Exception as exc:  # cleanup must not hide the original error
+                log.warning("cleanup of %s failed: %s", name, exc)
+
+    # -- sources ---------------------------------------------------------------------------------------
+    def _sources(self, relation_tables, source_columns, versions, layout, store_version, deltas=None,
+                 pending=None) -> Sources:
+        deltas = deltas or {}
+        pending = pending or {}
+
+        def relation(rel: str) -> str:
+            table = relation_tables[rel]
+            return f"{table} VERSION AS OF {versions[table]}"
+
+        def delta(rel: str) -> str:
+            return deltas[rel]
+
+        def map_sql(map_name: str) -> str:
+            base = layout.read_map_sql(map_name, store_version)
+            extra = pending.get(map_name)
+            if not extra:
+                return base
+            keys = ", ".join(quote(k) for k in layout.map(map_name).keys)
+            union = " UNION ALL ".join([f"SELECT * FROM {base} AS b"] + [f"SELECT * FROM {x}" for x in extra])
+            group = f" GROUP BY {keys}" if keys else ""
+            return f"(SELECT {keys + ', ' if keys else ''}SUM({VALUE}) AS {VALUE} FROM ({union}) AS p{group})"
+
+        return Sources(
+            relation=relation,
+            delta=delta,
+            map=map_sql,
+            columns=lambda rel: [c for c, _ in source_columns[relation_tables[rel]]],
+            map_keys=lambda map_name: layout.map(map_name).keys,
+        )
+
+    # -- REFRESH -------------------------------------------------------------------------------------
+    def refresh(self, name: str, full: bool = False) -> dict:
+        started = time.perf_counter()
+        entry = self.entry(name)
+        if full:
+            return self._rebuild(entry, started)
+        store_version = source_tables.current_version(self.spark, entry.store)
+        applied = self._progress(entry, store_version)
+        _crash_point("after_progress")
+        targets = {}
+        for table in set(entry.sources.values()):
+            self._check_source_schema(entry, table)
+            targets[table] = source_tables.current_version(self.spark, table)
+        changed = [t for t in _ordered_tables(entry) if targets[t] > applied[t]]
+        if not changed:
+            return self._stats(entry, "up to date", applied, 0, started)
+
+        versions = dict(applied)  # relation versions as seen by the trigger being run
+        pending: dict[str, list[str]] = {}
+        increments: list[str] = []
+        batch_id = uuid.uuid4().hex[:8]
+        for i, table in enumerate(changed):
+            delta_sql = source_tables.change_rows_sql(
+                self.spark, table, applied[table] + 1, targets[table], entry.source_columns[table])
+            relations = [r for r, t in entry.sources.items() if t == table]
+            deltas = {r: delta_sql for r in relations}
+            sources = self._sources(entry.sources, entry.source_columns, versions, entry.layout, store_version,
+                                    deltas, pending)
+            step_rows = []
+            for rel in relations:
+                trigger = entry.plan.trigger(rel)
+                for s in (trigger.statements if trigger else ()):
+                    sql = self._statement_increments(entry, s, sources)
+                    step_rows.append((s.target, sql))
+            if i + 1 < len(changed):
+                # Later sources' triggers read the maps as updated by this source's batch.
+                for target, sql in step_rows:
+                    view = f"__ivm_{batch_id}_{i}_{len(pending.get(target, []))}_{target}"
+                    self.spark.sql(sql).localCheckpoint(eager=True).createOrReplaceTempView(view)
+                    pending.setdefault(target, []).append(view)
+                    increments.append(entry.layout.rows_sql(target, f"SELECT * FROM {view}"))
+            else:
+                increments += [entry.layout.rows_sql(t, sql) for t, sql in step_rows]
+            versions[table] = targets[table]
+        _crash_point("after_deltas")
+
+        staged_sql = self._staged_sql(entry, increments, {t: targets[t] for t in targets})
+        staged = self.spark.sql(staged_sql)
+        staged_view = f"__ivm_staged_{batch_id}"
+        staged.createOrReplaceTempView(staged_view)
+        _crash_point("before_merge")
+        self._merge(entry, staged_view, store_version)
+        _crash_point("after_merge")
+        rows = self._last_merge_rows(entry)
+        return self._stats(entry, "refreshed", targets, rows, started)
+
+    def _statement_increments(self, entry: ViewEntry, s, sources: Sources) -> str:
+        if s.op == ":=":
+            # Re-evaluation (depth 0): new contents minus old, as an increment.
+            keys = ", ".join(quote(k) for k in s.keys)
+            new = statement_sql(s.expr, s.keys, sources)
+            old = entry.layout.read_map_sql(s.target, None)
+            sel = f"{keys + ', ' if keys else ''}"
+            union = f"SELECT {sel}{VALUE} FROM ({new}) n UNION ALL SELECT {sel}-{VALUE} AS {VALUE} FROM {old} o"
+            group = f" GROUP BY {keys}" if keys else ""
+            return f"SELECT {sel}SUM({VALUE}) AS {VALUE} FROM ({union}) d{group} HAVING SUM({VALUE}) <> 0"
+        return statement_sql(s.expr, s.keys, sources)
+
+    def _staged_sql(self, entry: ViewEntry, increments: list[str], versions: dict[str, int]) -> str:
+        layout = entry.layout
+        keys = ["map_id"] + [key_column(v) for v, _ in layout.key_types]
+        sums = [f"SUM({c}) AS {c}" for c, _ in layout.value_columns]
+        grouped = (f"SELECT {', '.join(keys + sums)}, CAST(NULL AS STRING) AS src, "
+                   f"CAST(NULL AS BIGINT) AS src_version FROM ({' UNION ALL '.join(increments)}) AS i "
+                   f"GROUP BY {', '.join(keys)}") if increments else None
+        progress = layout.progress_sql(versions)
+        return progress if grouped is None else f"{grouped} UNION ALL {progress}"
+
+    def _merge(self, entry: ViewEntry, staged_view: str, store_version: int) -> None:
+        # Idempotent write: a second MERGE computed from the same store version is skipped by Delta,
+        # so a retried or concurrent refresh can never apply the same changes twice.
+        conf = self.spark.conf
+        conf.set("spark.databricks.delta.write.txnAppId", f"spark_ivm:{entry.store}")
+        conf.set("spark.databricks.delta.write.txnVersion", str(store_version + 1))
+        try:
+            self.spark.sql(entry.layout.merge_sql(staged_view))
+        finally:
+            conf.unset("spark.databricks.delta.write.txnAppId")
+            conf.unset("spark.databricks.delta.write.txnVersion")
+
+    def _last_merge_rows(self, entry: ViewEntry) -> int:
+        row = self.spark.sql(f"DESCRIBE HISTORY {entry.store} LIMIT 1").collect()[0]
+        metrics = row["operationMetrics"] or {}
+        return sum(int(metrics.get(k, 0)) for k in
+                   ("numTargetRowsInserted", "numTargetRowsUpdated", "numTargetRowsDeleted"))
+
+    def _progress(self, entry: ViewEntry, store_version: int) -> dict[str, int]:
+        rows = self.spark.sql(
+            f"SELECT src, src_version FROM {entry.store} VERSION AS OF {store_version} "
+            f"WHERE map_id = {PROGRESS}").collect()
+        applied = {r["src"]: r["src_version"] for r in rows}
+        missing = [t for t in entry.sources.values() if t not in applied]
+        if missing:
+            raise RefreshError(f"view {entry.name} has no recorded progress for {missing[0]}; "
+                               f"run REFRESH INCREMENTAL VIEW {entry.name} FULL")
+        return applied
+
+    def _check_source_schema(self, entry: ViewEntry, table: str) -> None:
+        if not self.spark.catalog.tableExists(table):
+            raise RefreshError(f"source table {table} of view {entry.name} no longer exists")
+        now = [[f.name, f.dataType.simpleString()] for f in self.spark.table(table).schema.fields]
+        if now != entry.source_columns[table]:
+            raise RefreshError(
+                f"the columns of source table {table} changed since view {entry.name} was built "
+                f"(was {entry.source_columns[table]}, now {now}); "
+                f"run REFRESH INCREMENTAL VIEW {entry.name} FULL to rebuild it")
+
+    def _stats(self, entry, status, versions, rows, started) -> dict:
+        return {"view": entry.name, "status": status, "versions": versions, "rows_merged": rows,
+                "seconds": time.perf_counter() - started}
+
+    def _rebuild(self, entry: ViewEntry, started: float) -> dict:
+        """FULL refresh: compile again against the current schemas and recompute every map."""
+        store = entry.store
+        self._remove_objects(entry.name, store)
+        fresh = self._build(entry.name, entry.sql, entry.options, store)
+        fresh.created_at = entry.created_at
+        self._save_entry(fresh)
+        versions = {t: source_tables.current_version(self.spark, t) for t in set(fresh.sources.values())}
+        return self._stats(fresh, "rebuilt", versions, 0, started)
+
+    # -- DROP / SHOW / EXPLAIN -------------------------------------------------------------------------
+    def drop(self, name: str, if_exists: bool = False) -> None:
+        try:
+            entry = self.entry(name)
+        except UnknownViewError:
+            if if_exists:
+                return
+            raise
+        self._remove_objects(entry.name, entry.store)
+        self._delete_entry(entry.name)
+
+    def show(self):
+        rows = []
+        for e in self._entries():
+            try:
+                version = source_tables.current_version(self.spark, e.store)
+                applied = self._progress(e, version)
+                state = "ok"
+            except Exception as exc:  # a broken view is listed, not hidden
+                applied, state = {}, f"error: {exc}"
+            rows.append((e.name, sorted(set(e.sources.values())), json.dumps(applied),
+                         [m.name for m in e.plan.maps], state))
+        return self.spark.createDataFrame(
+            rows, "name STRING, sources ARRAY<STRING>, source_versions STRING, maps ARRAY<STRING>, state STRING")
+
+    def explain(self, name: str) -> str:
+        e = self.entry(name)
+        counts = {r["map_id"]: r["n"] for r in self.spark.sql(
+            f"SELECT map_id, COUNT(*) AS n FROM {e.store} GROUP BY map_id").collect()}
+        lines = [f"-- incremental view {e.name} (map store {e.store})"]
+        for m in e.layout.maps:
+            lines.append(f"-- map {m.name}[{', '.join(m.keys)}]: {counts.get(m.map_id, 0)} rows, value {m.value_type}")
+        return "\n".join(lines) + "\n" + e.plan.explain()
+
+
+def _schema_key(relation: str, qualified: dict[str, str]) -> str:
+    for k in qualified:
+        if k.lower() == relation.lower() or k.split(".")[-1].lower() == relation.lower():
+            return k
+    raise UnknownTableError(f"table {relation} is not known")
+
+
+def _ordered_tables(entry: ViewEntry) -> list[str]:
+    return list(dict.fromkeys(entry.sources[t.relation] for t in entry.plan.triggers))
+
+
+def _value_type(type_sql: str) -> str:
+    # Integral sums are BIGINT already; keep the exact type Spark gave otherwise.
+    return "bigint" if type_sql in ("int", "smallint", "tinyint") else type_sql
+
+
+def read_view_sql(entry: ViewEntry) -> str:
+    """SQL of the user-facing view: the defining query's rows, names and types, from the map store."""
+    query = entry.plan.query
+    layout = entry.layout
+    roots = {a.name: f"{entry.name.split('.')[-1]}_{a.name}" for a in query.aggregates}
+    keys = [f"{key_column(k)} AS {quote(k)}" for k in query.keys]
+    aggs = []
+    for agg_name, map_name in roots.items():
+        m = layout.map(map_name)
+        aggs.append(f"COALESCE(MAX(CASE WHEN map_id = {m.map_id} THEN {m.value_column} END), 0) AS {quote(agg_name)}")
+    ids = ", ".join(str(layout.map(n).map_id) for n in roots.values())
+    group = f" GROUP BY {', '.join(key_column(k) for k in query.keys)}" if query.keys else ""
+    inner = f"SELECT {', '.join(keys + aggs)} FROM {layout.table} WHERE map_id IN ({ids}){group}"
+    conditions = []
+    if query.keys:
+        conditions.append(f"{quote(ROW_COUNT)} <> 0")
+    if query.having:
+        conditions.append(f"({query.having})")
+    where = f" WHERE {' AND '.join(conditions)}" if conditions else ""
+    cols = [f"CAST({c.sql} AS {t}) AS {quote(n)}"
+            for c, (n, t) in zip(query.columns, entry.output_types)]
+    if query.bag:
+        body = (f"SELECT {', '.join(cols)} FROM ({inner}) AS g "
+                f"LATERAL VIEW explode(sequence(1, g.{quote(ROW_COUNT)})) copies AS __copy{where}")
+    else:
+        body = f"SELECT {', '.join(cols)} FROM ({inner}) AS g{where}"
+    if query.order_by:
+        body = f"SELECT * FROM ({body}) AS o ORDER BY {', '.join(query.order_by)}"
+    if query.limit is not None:
+        body += f" LIMIT {query.limit}"
+    return body

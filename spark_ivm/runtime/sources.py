@@ -1,0 +1,74 @@
+"""Source tables: which tables a query reads, their Delta versions and their change data feed."""
+
+from __future__ import annotations
+
+import logging
+
+import sqlglot
+from sqlglot import exp
+
+from spark_ivm.errors import IVMError, ParseError, RefreshError
+from spark_ivm.runtime.sqlgen import MULTIPLICITY, quote
+
+log = logging.getLogger("spark_ivm")
+
+# Change data feed rows and their signed multiplicities.
+CHANGE_SIGNS = {"insert": 1, "update_postimage": 1, "delete": -1, "update_preimage": -1}
+
+
+class SourceError(IVMError):
+    """A source table cannot feed an incremental view."""
+
+
+def referenced_tables(sql: str) -> list[str]:
+    """Names of the tables a query reads (CTE names excluded), as written, in order."""
+    try:
+        tree = sqlglot.parse_one(sql, read="spark")
+    except sqlglot.errors.ParseError as exc:
+        err = exc.errors[0] if exc.errors else {}
+        raise ParseError(f"syntax error: {err.get('description', exc)}", err.get("line"), err.get("col")) from None
+    ctes = {c.alias_or_name.lower() for c in tree.find_all(exp.CTE)}
+    names = []
+    for t in tree.find_all(exp.Table):
+        name = ".".join(p for p in (t.catalog, t.db, t.name) if p)
+        if name and name.lower() not in ctes:
+            names.append(name)
+    return list(dict.fromkeys(names))
+
+
+def check_delta_source(spark, table: str) -> None:
+    """A source must be a Delta table with the change data feed on; turn the feed on if it is off."""
+    detail = spark.sql(f"DESCRIBE DETAIL {table}").collect()[0]
+    if (detail["format"] or "").lower() != "delta":
+        raise SourceError(f"source table {table} is not a Delta table (format {detail['format']}); "
+                          f"incremental views read Delta's change data feed")
+    props = detail["properties"] or {}
+    if str(props.get("delta.enableChangeDataFeed", "false")).lower() != "true":
+        log.warning("enabling the change data feed on source table %s", table)
+        print(f"spark_ivm: enabling the change data feed on source table {table}")
+        spark.sql(f"ALTER TABLE {table} SET TBLPROPERTIES ('delta.enableChangeDataFeed' = 'true')")
+
+
+def current_version(spark, table: str) -> int:
+    return int(spark.sql(f"DESCRIBE HISTORY {table} LIMIT 1").collect()[0]["version"])
+
+
+def change_rows_sql(spark, table: str, start: int, end: int, columns) -> str:
+    """The consolidated changes of versions start..end: one row per distinct tuple with its net
+    multiplicity (a row inserted and deleted in the range cancels out)."""
+    cols = ", ".join(quote(c) for c, _ in columns)
+    sign = " ".join(f"WHEN '{k}' THEN {v}" for k, v in CHANGE_SIGNS.items())
+    try:
+        # Fails fast when the feed no longer covers the range (vacuumed or feed disabled meanwhile).
+        spark.sql(f"SELECT 1 FROM table_changes('{table}', {start}, {end}) LIMIT 0").collect()
+    except Exception as exc:
+        raise RefreshError(
+            f"the change data feed of {table} does not cover versions {start} to {end} ({_first_line(exc)}); "
+            f"run REFRESH INCREMENTAL VIEW … FULL to rebuild the view") from None
+    return (f"(SELECT {cols}, SUM(CASE _change_type {sign} ELSE 0 END) AS {MULTIPLICITY} "
+            f"FROM table_changes('{table}', {start}, {end}) GROUP BY {cols} "
+            f"HAVING SUM(CASE _change_type {sign} ELSE 0 END) <> 0)")
+
+
+def _first_line(exc: Exception) -> str:
+    return str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__

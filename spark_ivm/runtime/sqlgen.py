@@ -1,0 +1,251 @@
+"""Calculus → Spark SQL.
+
+Every expression becomes a SELECT whose columns are the expression's output variables (named after
+the variables) plus `__v`, the value. A product is one SELECT over the joins of its relation-like
+factors (base tables, batches, maps, sub-aggregates); variables shared by two factors join
+NULL-safely (`<=>`) because a shared variable is a natural join in the calculus (SQL's `=` was
+already turned into a shared variable plus an `IS NOT NULL` guard by the rules). Comparisons become
+WHERE conditions, lifts computed columns, values factors of `__v`. A sum is a UNION ALL; an
+AggSum a GROUP BY with SUM(__v) (which, like the calculus, skips NULL contributions).
+"""
+
+from __future__ import annotations
+
+import datetime
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Callable, Sequence
+
+from spark_ivm import functions
+from spark_ivm.analysis import factors_of, is_value, ivars, ovars
+from spark_ivm.calculus import (
+    AggSum, Cmp, Const, DeltaRel, Exists, Expr, Fn, Lift, MapRef, Prod, Rel, Sum, Var,
+)
+from spark_ivm.errors import UnsupportedQueryError
+
+VALUE = "__v"
+MULTIPLICITY = "__m"
+
+
+@dataclass(frozen=True)
+class Sources:
+    """Where the SQL reads each atom from.
+
+    relation(name) / delta(name): a SQL table expression with the relation's columns (`columns(name)`,
+    in schema order); a delta also has `__m`, the consolidated signed multiplicity of each row.
+    map(name): a SQL table expression with the map's key columns (named as the map declares them,
+    given by `map_keys(name)`) and `__v`.
+    """
+
+    relation: Callable[[str], str]
+    delta: Callable[[str], str]
+    map: Callable[[str], str]
+    columns: Callable[[str], Sequence[str]]
+    map_keys: Callable[[str], Sequence[str]]
+
+
+def quote(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+def literal_sql(value: object) -> str:
+    if value is None:
+        return "NULL"
+    if isinstance(value, bool):
+        return "TRUE" if value else "FALSE"
+    if isinstance(value, Decimal):
+        return f"{value}BD"
+    if isinstance(value, int):
+        return f"{value}" if -(2**31) <= value < 2**31 else f"{value}L"
+    if isinstance(value, float):
+        return f"CAST('{value!r}' AS DOUBLE)"
+    if isinstance(value, datetime.datetime):
+        return f"TIMESTAMP '{value.isoformat(sep=' ')}'"
+    if isinstance(value, datetime.date):
+        return f"DATE '{value.isoformat()}'"
+    if isinstance(value, str):
+        return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+    raise TypeError(f"no SQL literal for {value!r}")
+
+
+_CMP_SQL = {"=": "=", "!=": "<>", "<": "<", "<=": "<=", ">": ">", ">=": ">="}
+# Functions whose reference implementation returns 0/1 but whose Spark form is a boolean.
+BOOLEAN_FUNCTIONS = {"like", "in"}
+
+
+def statement_sql(e: Expr, keys: Sequence[str], sources: Sources) -> str:
+    """SELECT keys…, __v: e summed per key, zero and NULL sums dropped."""
+    return SqlGen(sources).aggregate(e, keys)
+
+
+@dataclass
+class _Select:
+    sql: str
+    outputs: tuple[str, ...]
+
+
+@dataclass
+class _Scope:
+    """The SELECT being built for one product."""
+
+    sources: list[str] = field(default_factory=list)  # "FROM x AS t0" / "JOIN y AS t1 ON …"
+    columns: dict[str, str] = field(default_factory=dict)  # variable -> SQL expression
+    conditions: list[str] = field(default_factory=list)
+    weights: list[str] = field(default_factory=list)  # factors of __v
+
+    def add_source(self, table_sql: str, alias: str, on: list[str]) -> None:
+        if not self.sources:
+            self.sources.append(f"FROM {table_sql} AS {alias}")
+            self.conditions.extend(on)
+        else:
+            join = f"JOIN {table_sql} AS {alias} ON " + " AND ".join(on) if on else f"CROSS JOIN {table_sql} AS {alias}"
+            self.sources.append(join)
+
+
+class SqlGen:
+    def __init__(self, sources: Sources):
+        self.sources = sources
+        self._aliases = 0
+
+    def _alias(self) -> str:
+        self._aliases += 1
+        return f"t{self._aliases}"
+
+    # -- relations ---------------------------------------------------------------------------------
+    def aggregate(self, e: Expr, keys: Sequence[str]) -> str:
+        inner = self.select(e)
+        missing = [k for k in keys if k not in inner.outputs]
+        if missing:
+            raise UnsupportedQueryError(f"key {missing[0]} not bound by {e}")
+        cols = ", ".join(quote(k) for k in keys)
+        group = f" GROUP BY {cols}" if keys else ""
+        head = f"{cols}, " if keys else ""
+        return (f"SELECT {head}SUM({VALUE}) AS {VALUE} FROM ({inner.sql}) AS agg{group} "
+                f"HAVING SUM({VALUE}) <> 0")
+
+    def select(self, e: Expr) -> _Select:
+        if ivars(e):
+            raise UnsupportedQueryError(f"correlated subexpression (inputs {', '.join(ivars(e))}) in {e}")
+        if isinstance(e, Sum):
+            outs = ovars(e)
+            parts = []
+            for t in e.terms:
+                s = self.select(t)
+                cols = ", ".join(quote(o) if o in s.outputs else f"NULL AS {quote(o)}" for o in outs)
+                parts.append(f"SELECT {cols + ', ' if cols else ''}{VALUE} FROM ({s.sql}) AS u")
+            return _Select(" UNION ALL ".join(parts), outs)
+        if isinstance(e, AggSum):
+            inner = self.select(e.expr)
+            group = [g for g in e.group if g in inner.outputs]
+            cols = ", ".join(quote(g) for g in group)
+            sql = (f"SELECT {cols + ', ' if cols else ''}SUM({VALUE}) AS {VALUE} FROM ({inner.sql}) AS a"
+                   + (f" GROUP BY {cols}" if cols else ""))
+            return _Select(sql, tuple(group))
+        if isinstance(e, Exists):
+            inner = self.select(e.expr)
+            cols = ", ".join(quote(o) for o in inner.outputs)
+            sql = (f"SELECT {cols + ', ' if cols else ''}1 AS {VALUE} FROM ({inner.sql}) AS x"
+                   + (f" GROUP BY {cols}" if cols else "") + f" HAVING SUM({VALUE}) <> 0")
+            return _Select(sql, inner.outputs)
+        return self._product(factors_of(e))
+
+    def _product(self, factors: Sequence[Expr]) -> _Select:
+        scope = _Scope()
+        for f in factors:
+            self._factor(f, scope)
+        outs = tuple(scope.columns)
+        cols = [f"{scope.columns[o]} AS {quote(o)}" for o in outs]
+        weight = " * ".join(scope.weights) if scope.weights else "1"
+        sql = f"SELECT {', '.join(cols + [f'{weight} AS {VALUE}'])}"
+        if scope.sources:
+            sql += " " + " ".join(scope.sources)
+        if scope.conditions:
+            sql += " WHERE " + " AND ".join(scope.conditions)
+        return _Select(sql, outs)
+
+    def _factor(self, f: Expr, scope: _Scope) -> None:
+        if isinstance(f, (Rel, DeltaRel)):
+            columns = list(self.sources.columns(f.name))
+            if len(columns) != len(f.vars):
+                raise ValueError(f"{f.name} has {len(columns)} columns, the calculus uses {len(f.vars)}")
+            table = self.sources.relation(f.name) if isinstance(f, Rel) else self.sources.delta(f.name)
+            alias = self._alias()
+            self._bind(scope, table, alias, list(zip(f.vars, columns)))
+            if isinstance(f, DeltaRel):
+                scope.weights.append(f"{alias}.{MULTIPLICITY}")
+        elif isinstance(f, MapRef):
+            alias = self._alias()
+            self._bind(scope, self.sources.map(f.name), alias, list(zip(f.keys, self.sources.map_keys(f.name))))
+            scope.weights.append(f"{alias}.{VALUE}")
+        elif isinstance(f, Cmp):
+            scope.conditions.append(self.condition(f, scope.columns))
+        elif isinstance(f, Lift) and is_value(f.expr):
+            value = self.value(f.expr, scope.columns)
+            if f.var in scope.columns:
+                scope.conditions.append(f"{scope.columns[f.var]} <=> {value}")
+            else:
+                scope.columns[f.var] = value
+        elif is_value(f):
+            scope.weights.append(self.value(f, scope.columns))
+        elif isinstance(f, Lift):
+            raise UnsupportedQueryError(f"lift of a nested aggregate {f}")
+        else:
+            sub = self.select(f)
+            alias = self._alias()
+            self._bind(scope, f"({sub.sql})", alias, [(o, o) for o in sub.outputs])
+            scope.weights.append(f"{alias}.{VALUE}")
+
+    def _bind(self, scope: _Scope, table_sql: str, alias: str, var_columns) -> None:
+        on = []
+        for var_name, column in var_columns:
+            col = f"{alias}.{quote(column)}"
+            if var_name in scope.columns:
+                on.append(f"{col} <=> {scope.columns[var_name]}")
+            else:
+                scope.columns[var_name] = col
+        scope.add_source(table_sql, alias, on)
+
+    # -- values ------------------------------------------------------------------------------------
+    def condition(self, e: Expr, columns: dict[str, str]) -> str:
+        if isinstance(e, Cmp):
+            left, right = self.value(e.left, columns), self.value(e.right, columns)
+            if e.op == "is":
+                return f"({left} <=> {right})"
+            if e.op == "is not":
+                return f"(NOT ({left} <=> {right}))"
+            return f"({left} {_CMP_SQL[e.op]} {right})"
+        return f"(COALESCE({self.value(e, columns)}, 0) <> 0)"
+
+    def value(self, e: Expr, columns: dict[str, str]) -> str:
+        if isinstance(e, Const):
+            return literal_sql(e.value)
+        if isinstance(e, Var):
+            try:
+                return columns[e.name]
+            except KeyError:
+                raise UnsupportedQueryError(f"variable {e.name} used before it is bound") from None
+        if isinstance(e, Cmp):
+            return f"(CASE WHEN {self.condition(e, columns)} THEN 1 ELSE 0 END)"
+        if isinstance(e, Prod):
+            return "(" + " * ".join(self.value(f, columns) for f in e.factors) + ")"
+        if isinstance(e, Sum):
+            return "(" + " + ".join(f"COALESCE({self.value(t, columns)}, 0)" for t in e.terms) + ")"
+        if isinstance(e, Fn):
+            return self._function(e, columns)
+        raise UnsupportedQueryError(f"{type(e).__name__} inside a value: {e}")
+
+    def _function(self, e: Fn, columns: dict[str, str]) -> str:
+        if e.name == "case":
+            pairs = e.args[: len(e.args) // 2 * 2]
+            parts = [f"WHEN {self.condition(c, columns)} THEN {self.value(v, columns)}"
+                     for c, v in zip(pairs[::2], pairs[1::2])]
+            if len(e.args) % 2:
+                parts.append(f"ELSE {self.value(e.args[-1], columns)}")
+            return f"(CASE {' '.join(parts)} END)"
+        try:
+            template = functions.FUNCTIONS[e.name].spark_sql
+        except KeyError:
+            raise UnsupportedQueryError(f"function {e.name}") from None
+        args = [self.value(a, columns) for a in e.args]
+        sql = template.replace("{*}", ", ".join(args)).format(*args)
+        return f"CAST({sql} AS INT)" if e.name in BOOLEAN_FUNCTIONS else sql

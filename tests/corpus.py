@@ -1,0 +1,56 @@
+"""Queries shared by the compiler's and the runtime's differential tests.
+
+Tables: R(a, b), S(b, c), T(c, d) with small integer domains, NULLs and duplicate rows.
+"""
+
+SCHEMAS = {"R": ["a", "b"], "S": ["b", "c"], "T": ["c", "d"]}
+
+QUERIES = [
+    # single table
+    "SELECT SUM(a) FROM R",
+    "SELECT COUNT(*) FROM R",
+    "SELECT b, SUM(a), COUNT(*) FROM R GROUP BY b",
+    "SELECT b, COUNT(a) FROM R GROUP BY b",
+    "SELECT b, AVG(a) FROM R GROUP BY b",
+    "SELECT SUM(a * b) FROM R WHERE a > 1",
+    "SELECT SUM(a + b) FROM R",
+    "SELECT a, b FROM R",
+    "SELECT a FROM R WHERE b IS NULL",
+    "SELECT b, SUM(a) FROM R WHERE a BETWEEN 1 AND 2 GROUP BY b",
+    "SELECT b, COUNT(*) FROM R WHERE a IN (0, 2, 3) GROUP BY b",
+    "SELECT b, COUNT(*) FROM R WHERE a NOT IN (1, 2) GROUP BY b",
+    "SELECT b, COUNT(*) FROM R WHERE a = 1 OR b = 2 GROUP BY b",
+    "SELECT b, COUNT(*) FROM R WHERE NOT (a = 1 AND b = 2) GROUP BY b",
+    "SELECT SUM(CASE WHEN a > 1 THEN b ELSE 0 END) FROM R",
+    "SELECT a + 1, COUNT(*) FROM R GROUP BY a + 1",
+    "SELECT b, SUM(a) FROM R GROUP BY b HAVING SUM(a) > 1",
+    "SELECT SUM(a) FROM R WHERE a IS NOT NULL AND b <> 3",
+    # joins
+    "SELECT SUM(R.a) FROM R, S WHERE R.b = S.b",
+    "SELECT SUM(R.a * S.c) FROM R JOIN S ON R.b = S.b",
+    "SELECT S.c, SUM(R.a) FROM R, S WHERE R.b = S.b GROUP BY S.c",
+    "SELECT R.a, S.c FROM R, S WHERE R.b = S.b",
+    "SELECT COUNT(*) FROM R, S, T WHERE R.b = S.b AND S.c = T.c",
+    "SELECT T.d, SUM(R.a * T.d) FROM R, S, T WHERE R.b = S.b AND S.c = T.c GROUP BY T.d",
+    "SELECT SUM(R.a) FROM R, S WHERE R.b = S.b AND S.c > 1",
+    "SELECT COUNT(*) FROM R, S",
+    "SELECT R.b, COUNT(*) FROM R, S WHERE R.a < S.c GROUP BY R.b",
+    "SELECT SUM(R.a) FROM R, S WHERE R.b = S.b AND R.a <= S.c",
+    "SELECT S.b, SUM(CASE WHEN R.a > S.c THEN 1 ELSE 0 END) FROM R JOIN S ON R.b = S.b GROUP BY S.b",
+    "SELECT COUNT(*) FROM R JOIN S ON R.b = S.b JOIN T ON S.c = T.c WHERE T.d IS NOT NULL",
+    # self-joins
+    "SELECT SUM(r1.a * r2.b) FROM R r1, R r2 WHERE r1.b = r2.a",
+    "SELECT r1.a, COUNT(*) FROM R r1, R r2 WHERE r1.b = r2.b GROUP BY r1.a",
+    "SELECT COUNT(*) FROM R r1, R r2, R r3 WHERE r1.b = r2.a AND r2.b = r3.a",
+    "SELECT r1.a, r2.a FROM R r1 JOIN R r2 ON r1.b = r2.b WHERE r1.a < r2.a",
+    # derived tables and CTEs
+    "SELECT x, COUNT(*) FROM (SELECT a AS x, b FROM R WHERE b > 0) AS sub GROUP BY x",
+    "WITH j AS (SELECT R.a, S.c FROM R JOIN S ON R.b = S.b) SELECT c, SUM(a) FROM j GROUP BY c",
+    "SELECT SUM(v) FROM (SELECT a * 2 AS v FROM R) AS d",
+    # mixed
+    "SELECT S.c, COUNT(*), SUM(R.a), AVG(R.a) FROM R JOIN S ON R.b = S.b WHERE R.a IS NOT NULL GROUP BY S.c",
+    "SELECT COALESCE(a, 0), COUNT(*) FROM R GROUP BY COALESCE(a, 0)",
+    "SELECT SUM(a) FROM R WHERE a = b",
+    "SELECT b, SUM(a) - COUNT(*) FROM R GROUP BY b",
+    "SELECT S.c, COUNT(*) FROM R, S WHERE R.b = S.b OR R.a = S.c GROUP BY S.c",
+]
