@@ -10,16 +10,17 @@ from .extract import extract_aggregates
 from .factorize import factorize
 from .fold_constants import fold_constants
 from .normalize import normalize
+from .null_tests import split_null_tests
 from .unify import unify
 
 # Simplification of a delta (or of a definition) before maps are extracted from it.
 SIMPLIFY = (
-    Batch("polynomial normal form", FixedPoint(50), (normalize, fold_constants, cancel)),
+    Batch("polynomial normal form", FixedPoint(50), (normalize, split_null_tests, fold_constants, cancel)),
     Batch("variable elimination", FixedPoint(20), (unify,)),
     Batch("normal form after elimination", FixedPoint(50), (normalize, fold_constants, cancel)),
 )
 
 __all__ = [
     "SIMPLIFY", "Batch", "FixedPoint", "Once", "RuleExecutor", "NonTerminationError", "IdempotenceError",
-    "cancel", "extract_aggregates", "factorize", "fold_constants", "normalize", "unify",
+    "cancel", "extract_aggregates", "factorize", "fold_constants", "normalize", "split_null_tests", "unify",
 ]

@@ -44,7 +44,11 @@ def _factorize_aggsum(e: Expr) -> Expr:
 
 
 def connected_components(factors, linking: set[str]) -> list[list[Expr]]:
-    """Groups of factors connected through shared `linking` variables, in order of first factor."""
+    """Groups of factors connected through shared `linking` variables, in order of first factor.
+
+    A factor that reads a variable bound by another factor (a filter, a value, a lift's body) always
+    stays with that factor: apart from it, the variable would be unbound.
+    """
     parent = list(range(len(factors)))
 
     def find(i: int) -> int:
@@ -62,6 +66,14 @@ def connected_components(factors, linking: set[str]) -> list[list[Expr]]:
                 parent[find(i)] = find(owner[v])
             else:
                 owner[v] = i
+    binder = {}
+    for i, f in enumerate(factors):
+        for v in ovars(f):
+            binder.setdefault(v, i)
+    for i, f in enumerate(factors):
+        for v in ivars(f):
+            if v in binder:
+                parent[find(i)] = find(binder[v])
     groups: dict[int, list[Expr]] = {}
     for i, f in enumerate(factors):
         groups.setdefault(find(i), []).append(f)

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
 from spark_ivm.analysis import all_vars, rename
-from spark_ivm.calculus import ZERO, AggSum, Expr, MapRef
+from spark_ivm.calculus import ZERO, AggSum, Expr, MapRef, aggsum
 from spark_ivm.delta import delta
 from spark_ivm.heuristics import Policy
 from spark_ivm.plan import MapDecl, Plan, Statement, Trigger
@@ -69,9 +69,10 @@ def compile_maps(
     """Compile maps given as (name, AggSum definition) into a plan of triggers."""
     registry = MapRegistry()
     for name, definition in roots:
-        definition = simplify(definition, strict)
         if not isinstance(definition, AggSum):
             raise ValueError(f"map {name} must be defined by an AggSum, got {definition}")
+        # A simplified definition may be a sum of AggSums (e.g. from OR); the map keeps one group.
+        definition = aggsum(definition.group, simplify(definition, strict))
         existing = registry.shared(definition)
         registry.declare(name, definition, 0, policy.maintenance(0))
         registry.roots[name] = name if existing is None else registry.roots[existing.name]

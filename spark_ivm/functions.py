@@ -60,7 +60,7 @@ register("*", "({0} * {1})")(lambda a, b: (lambda x, y: x * y)(*_num(a, b)))
 register("neg", "(- {0})")(lambda a: -a)
 
 
-@register("/", "({0} / {1})")
+@register("/", "try_divide({0}, {1})")  # NULL on division by zero, as the reference does
 def _div(a, b):
     a, b = _num(a, b)
     if b == 0:

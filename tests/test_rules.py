@@ -12,7 +12,7 @@ from spark_ivm.calculus_parser import parse
 from spark_ivm.evaluator import Database, evaluate
 from spark_ivm.rules import (
     Batch, FixedPoint, IdempotenceError, NonTerminationError, Once, RuleExecutor, SIMPLIFY, cancel,
-    extract_aggregates, factorize, fold_constants, normalize, unify,
+    extract_aggregates, factorize, fold_constants, normalize, split_null_tests, unify,
 )
 
 
@@ -58,7 +58,8 @@ def test_unify(before, after):
     ("AggSum([], R(a, b) * a * S(c))", "AggSum([], R(a, b) * a) * AggSum([], S(c))"),
     ("AggSum([a], R(a, b) * S(a, c))", "AggSum([a], R(a, b)) * AggSum([a], S(a, c))"),
     ("AggSum([], R(a, b) * S(b, c))", "AggSum([], R(a, b) * S(b, c))"),
-    ("AggSum([a], R(a, b) * {a > 2} * S(c))", "AggSum([a], R(a, b)) * {a > 2} * AggSum([], S(c))"),
+    ("AggSum([a], R(a, b) * {a > 2} * S(c))", "AggSum([a], R(a, b) * {a > 2}) * AggSum([], S(c))"),
+    ("AggSum([a], R(a, b) * a * S(c))", "AggSum([a], R(a, b) * a) * AggSum([], S(c))"),
 ])
 def test_factorize(before, after):
     assert rewrite(factorize, before) == after
@@ -73,6 +74,16 @@ def test_factorize(before, after):
 ])
 def test_fold_constants(before, after):
     assert rewrite(fold_constants, before) == after
+
+
+@pytest.mark.parametrize("before, after", [
+    ("R(a) * S(b) * {a * b IS NOT NULL}", "R(a) * S(b) * {a IS NOT NULL} * {b IS NOT NULL}"),
+    ("R(a) * {2 * a IS NOT NULL}", "R(a) * {a IS NOT NULL}"),
+    ("R(a) * {a + 1 IS NOT NULL}", "R(a) * {a + 1 IS NOT NULL}"),
+    ("R(a) * S(b) * {a * b IS NULL}", "R(a) * S(b) * {a * b IS NULL}"),
+])
+def test_split_null_tests(before, after):
+    assert rewrite(split_null_tests, before) == after
 
 
 def _named(defn):
@@ -123,12 +134,13 @@ EXPRESSIONS = [
     "AggSum([], R(a, b) * {1 + 1 = 2} * {a + 0})",
     "R(a, b) * a + -1 * R(a, b) * a + S(a, b)",
     "AggSum([], R(a, b) * S(c, d) * {a < c})",
+    "AggSum([a], R(a, b) * S(c, d) * {a * d IS NOT NULL} * {b * 2 IS NOT NULL})",
 ]
 rows = st.dictionaries(st.tuples(st.one_of(st.none(), st.integers(0, 2)), st.one_of(st.none(), st.integers(0, 2))),
                        st.integers(-2, 2).filter(bool), max_size=5)
 
 
-@pytest.mark.parametrize("rule", [normalize, cancel, unify, factorize, fold_constants])
+@pytest.mark.parametrize("rule", [normalize, cancel, unify, factorize, fold_constants, split_null_tests])
 @pytest.mark.parametrize("text", EXPRESSIONS)
 @settings(max_examples=25, derandomize=True, deadline=None)
 @given(r=rows, s=rows, t=rows)

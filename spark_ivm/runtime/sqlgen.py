@@ -70,7 +70,7 @@ def literal_sql(value: object) -> str:
 
 _CMP_SQL = {"=": "=", "!=": "<>", "<": "<", "<=": "<=", ">": ">", ">=": ">="}
 # Functions whose reference implementation returns 0/1 but whose Spark form is a boolean.
-BOOLEAN_FUNCTIONS = {"like", "in"}
+BOOLEAN_FUNCTIONS = {"like", "ilike", "rlike", "in"}
 
 
 def statement_sql(e: Expr, keys: Sequence[str], sources: Sources) -> str:
@@ -247,5 +247,6 @@ class SqlGen:
         except KeyError:
             raise UnsupportedQueryError(f"function {e.name}") from None
         args = [self.value(a, columns) for a in e.args]
-        sql = template.replace("{*}", ", ".join(args)).format(*args)
+        sql = (template.replace("{*}", ", ".join(args)).replace("{rest}", ", ".join(args[1:]))
+               .format(*args))
         return f"CAST({sql} AS INT)" if e.name in BOOLEAN_FUNCTIONS else sql

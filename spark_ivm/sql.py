@@ -1,0 +1,1262 @@
+"""The SQL front end: a Spark SQL query → `ViewQuery` (calculus aggregates and how to read them).
+
+    translate("SELECT SUM(a) FROM R, S WHERE R.b = S.b", {"R": ["a", "b"], "S": ["b", "c"]})
+
+The FROM clause, derived tables and CTEs included, becomes one product: the relation atoms first, in
+FROM order, then the condition factors (those of derived tables and the lifts of their computed
+columns, ON, WHERE, then the lifts of computed group keys), so that every variable is bound before it
+is used. A condition is a 0/1 factor: AND is a product, OR is inclusion–exclusion `A + B − A*B`, NOT
+is pushed down to the comparisons. The row count, sums and non-NULL counts are `AggSum`s of that body
+over the group keys; the view's columns, HAVING and ORDER BY are Spark SQL over keys and aggregates.
+
+A variable stands for a column of a FROM item: the bare lowercase column name when no other FROM item
+of the whole query has a column of that name, else `{alias}_{column}`; computed keys are `g1`, `g2`…
+Whether a name is unique is only known once the whole query is read, so translation works with
+placeholder names that are settled at the end.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Callable, Mapping, Sequence
+
+from sqlglot import exp
+from sqlglot.dialects.dialect import Dialect
+from sqlglot.errors import ParseError as SqlglotParseError
+from sqlglot.errors import TokenError
+from sqlglot.tokens import TokenType
+
+from spark_ivm import functions
+from spark_ivm.analysis import rename
+from spark_ivm.calculus import (
+    NEGATED_CMP, NULL, ONE, ZERO, Const, Expr, Rel, Var, aggsum, cmp, fn, lift, neg, prod, rel, sum_,
+)
+from spark_ivm.errors import (
+    NonDeterministicError, ParseError, UnknownColumnError, UnknownTableError, UnsupportedQueryError,
+)
+from spark_ivm.query import ROW_COUNT, Aggregate, OutputColumn, ViewQuery
+
+__all__ = ["translate"]
+
+DIALECT = "spark"
+
+
+def translate(sql: str, schemas: Mapping[str, Sequence[object]]) -> ViewQuery:
+    """The view query of a Spark SQL SELECT over tables with the given columns (names, in order)."""
+    source = SqlSource(sql)
+    statement = source.statement
+    while isinstance(statement, exp.Subquery) and isinstance(statement.this, exp.Query):
+        statement = statement.this
+    if not isinstance(statement, (exp.Select, exp.SetOperation)):
+        raise source.unsupported(f"{statement.key.upper()} statement", statement, statement.key.upper())
+    reject_unsupported_constructs(source)
+    return ViewTranslator(Translation(source, Catalog(schemas)), statement).view()
+
+
+# ---------------------------------------------------------------------------------------------------
+# Source text, parsing and positions
+
+
+class SqlSource:
+    """The query text, its tokens and its statement; tells where a node stands in the text."""
+
+    def __init__(self, text: str):
+        self.text = text
+        self.tokens = self._tokenize()
+        self.statement = self._parse()
+
+    def _tokenize(self):
+        tokenizer = Dialect.get_or_raise(DIALECT).tokenizer()
+        try:
+            return tokenizer.tokenize(self.text)
+        except TokenError as e:
+            # The tokenizer knows where the token it could not finish starts; the error only quotes context.
+            offset = getattr(getattr(tokenizer, "_core", None), "_start", None)
+            offset = e.start if offset is None else offset
+            detail = re.sub(r" from \d+:\d+$", "", str(e.__cause__ or e))
+            raise ParseError(f"cannot read the SQL: {detail}", *self.line_column(offset)) from None
+
+    def _parse(self) -> exp.Expression:
+        try:
+            statements = Dialect.get_or_raise(DIALECT).parser().parse(self.tokens, self.text)
+        except SqlglotParseError as e:
+            raise self._parse_error(e) from None
+        statements = [s for s in statements if s is not None]
+        if not statements:
+            raise ParseError("the SQL text holds no statement")
+        if len(statements) > 1:
+            raise self.unsupported("several statements", statements[1], statements[1].key.upper())
+        return statements[0]
+
+    @staticmethod
+    def _parse_error(e: SqlglotParseError) -> ParseError:
+        if not e.errors:
+            return ParseError(str(e))
+        first = e.errors[0]
+        line, column, highlight = first.get("line"), first.get("col"), first.get("highlight") or ""
+        if column is not None and highlight and "\n" not in highlight:
+            column = max(column - len(highlight) + 1, 1)  # sqlglot points at the token's last character
+        description = first.get("description") or str(e)
+        missing_part = re.match(r"Required keyword: '\w+' missing for <class '[\w.]*\.(\w+)'>", description)
+        if missing_part:
+            description = f"incomplete {missing_part[1].upper()}" + (f" at {highlight!r}" if highlight else "")
+        return ParseError(description, line, column)
+
+    def line_column(self, offset: int | None) -> tuple[int | None, int | None]:
+        if offset is None:
+            return None, None
+        line = self.text.count("\n", 0, offset) + 1
+        return line, offset - (self.text.rfind("\n", 0, offset) + 1) + 1
+
+    def position(self, node: exp.Expression | None, keyword: str | None = None,
+                 where: str = "before") -> tuple[int | None, int | None]:
+        """(line, column) of a node: of `keyword` near it when given (`where` it is searched first:
+        "before" the node's first located token or "inside" it), else of its first located token."""
+        span = _span_near(node) if node is not None else None
+        offset = self._keyword_offset(keyword, span, where) if keyword else None
+        if offset is None and span is not None:
+            offset = span[0]
+        return self.line_column(offset)
+
+    def _keyword_offset(self, keyword: str, span: tuple[int, int] | None, where: str) -> int | None:
+        words = {keyword.upper(), keyword.split()[0].upper()}
+        offsets = [t.start for t in self.tokens
+                   if t.text.upper() in words and t.token_type not in (TokenType.STRING, TokenType.IDENTIFIER)]
+        if not offsets:
+            return None
+        if span is None:
+            return offsets[0]
+        before = [o for o in offsets if o < span[0]][-1:]
+        inside = [o for o in offsets if span[0] <= o <= span[1]][:1]
+        after = [o for o in offsets if o > span[1]][:1]
+        for candidates in ((before, inside) if where == "before" else (inside, before)) + (after,):
+            if candidates:
+                return candidates[0]
+        return None
+
+    def unsupported(self, construct: str, node: exp.Expression | None, keyword: str | None = None,
+                    where: str = "before", detail: str = "") -> UnsupportedQueryError:
+        return UnsupportedQueryError(construct, *self.position(node, keyword, where), detail=detail)
+
+    def located(self, error_class: type[Exception], message: str, node: exp.Expression | None) -> Exception:
+        line, column = self.position(node)
+        where = f" at line {line}, column {column}" if line is not None else ""
+        error = error_class(f"{message}{where}")
+        error.line, error.column = line, column
+        return error
+
+    def function_name(self, node: exp.Func) -> str:
+        """A function's name as written in the query, lowercase."""
+        if isinstance(node, exp.Anonymous):
+            return str(node.this).lower()
+        meta = node._meta or {}
+        if "start" in meta:
+            return self.text[meta["start"]:meta["end"] + 1].lower()
+        return node.sql_name().lower()
+
+
+def _own_span(node: exp.Expression) -> tuple[int, int] | None:
+    meta = node._meta
+    return (meta["start"], meta["end"]) if meta and "start" in meta else None
+
+
+def _span(node: exp.Expression) -> tuple[int, int] | None:
+    spans = [s for s in map(_own_span, node.walk()) if s]
+    return (min(s[0] for s in spans), max(s[1] for s in spans)) if spans else None
+
+
+def _span_near(node: exp.Expression) -> tuple[int, int] | None:
+    """The text span of a node, or of its nearest ancestor when nothing in it carries a position."""
+    while node is not None:
+        span = _span(node)
+        if span:
+            return span
+        node = node.parent
+    return None
+
+
+# ---------------------------------------------------------------------------------------------------
+# Constructs refused wherever they appear
+
+
+_NONDETERMINISTIC_CLASSES = tuple(getattr(exp, name) for name in (
+    "Rand", "Randn", "Randstr", "Uniform", "Uuid", "Shuffle", "CurrentDate", "CurrentTimestamp",
+    "CurrentTime", "CurrentDatetime", "Localtimestamp", "Localtime", "CurrentTimezone", "CurrentUser",
+    "SessionUser", "CurrentSchema", "CurrentCatalog", "CurrentDatabase",
+) if hasattr(exp, name))
+
+_NONDETERMINISTIC_NAMES = frozenset({
+    "rand", "random", "randn", "randstr", "uniform", "uuid", "shuffle", "now", "curdate", "current_date",
+    "current_timestamp", "current_timezone", "localtimestamp", "unix_timestamp", "current_user", "user",
+    "session_user", "current_database", "current_schema", "current_catalog", "monotonically_increasing_id",
+    "spark_partition_id", "input_file_name", "input_file_block_start", "input_file_block_length",
+    "reflect", "java_method", "try_reflect",
+})
+
+_MAINTAINED_AGGREGATES = (exp.Sum, exp.Count, exp.Avg)
+
+_SET_OPERATIONS = {exp.Union: "UNION", exp.Except: "EXCEPT", exp.Intersect: "INTERSECT"}
+
+_CLAUSES = {
+    exp.Qualify: "QUALIFY", exp.Sort: "SORT BY", exp.Distribute: "DISTRIBUTE BY", exp.Cluster: "CLUSTER BY",
+    exp.TableSample: "TABLESAMPLE", exp.Values: "VALUES", exp.GroupingSets: "GROUPING SETS",
+    exp.Rollup: "ROLLUP", exp.Cube: "CUBE", exp.Exists: "EXISTS subquery",
+}
+
+
+def reject_unsupported_constructs(source: SqlSource) -> None:
+    """Raise for the construct that comes first in the text among those no context makes maintainable."""
+    problems = [p for node in source.statement.walk() if (p := _construct_problem(source, node))]
+    if problems:
+        raise min(problems, key=lambda e: (e.line is None, e.line or 0, e.column or 0))
+
+
+def _construct_problem(source: SqlSource, node: exp.Expression) -> UnsupportedQueryError | None:
+    if isinstance(node, exp.Func) and _is_nondeterministic(source, node):
+        return _nondeterministic_error(source, node)
+    if isinstance(node, exp.Window):
+        function = node.this
+        name = source.function_name(function).upper() if isinstance(function, exp.Func) else "?"
+        return source.unsupported(f"window function {name}", node)
+    if isinstance(node, exp.AggFunc) and not isinstance(node, _MAINTAINED_AGGREGATES):
+        name = source.function_name(node).upper()
+        construct = name if isinstance(node, (exp.Min, exp.Max)) else f"aggregate function {name}"
+        return source.unsupported(construct, node)
+    if isinstance(node, exp.Distinct):
+        if isinstance(node.parent, exp.Select):
+            return source.unsupported("SELECT DISTINCT", node.parent, "DISTINCT")
+        if isinstance(node.parent, exp.Func):
+            return source.unsupported(f"{source.function_name(node.parent).upper()}(DISTINCT)", node.parent)
+    if isinstance(node, exp.Join):
+        return _join_problem(source, node)
+    if isinstance(node, exp.SetOperation):
+        name = _SET_OPERATIONS.get(type(node), node.key.upper())
+        all_rows = " ALL" if node.args.get("distinct") is False else ""
+        return source.unsupported(f"{name}{all_rows}", node, name, where="inside")
+    if isinstance(node, exp.Subquery):
+        return _subquery_problem(source, node)
+    if isinstance(node, exp.Lateral):
+        return source.unsupported("LATERAL VIEW" if node.args.get("view") else "LATERAL", node, "LATERAL")
+    if isinstance(node, exp.Pivot):
+        construct = "UNPIVOT" if node.args.get("unpivot") else "PIVOT"
+        return source.unsupported(construct, node, construct)
+    if isinstance(node, exp.With) and node.args.get("recursive"):
+        return source.unsupported("recursive CTE", node, "RECURSIVE")
+    if isinstance(node, exp.Filter):
+        return source.unsupported("aggregate FILTER", node, "FILTER", where="inside")
+    construct = _CLAUSES.get(type(node))
+    if construct:
+        return source.unsupported(construct, node, construct)
+    return None
+
+
+def _is_nondeterministic(source: SqlSource, node: exp.Func) -> bool:
+    return isinstance(node, _NONDETERMINISTIC_CLASSES) or source.function_name(node) in _NONDETERMINISTIC_NAMES
+
+
+def _nondeterministic_error(source: SqlSource, node: exp.Func) -> NonDeterministicError:
+    # A call sqlglot made up (unix_timestamp() becomes unix_timestamp(current_timestamp())) has no
+    # position: name the enclosing call the user wrote.
+    written = node
+    while _own_span(written) is None and isinstance(written.parent, exp.Func):
+        written = written.parent
+    name = source.function_name(written)
+    return NonDeterministicError(f"non-deterministic function {name}",
+                                 *source.position(written, name.upper()))
+
+
+def _join_problem(source: SqlSource, join: exp.Join) -> UnsupportedQueryError | None:
+    side, kind, method = (str(join.args.get(k) or "").upper() for k in ("side", "kind", "method"))
+    if method == "NATURAL":
+        return source.unsupported("NATURAL JOIN", join, "NATURAL")
+    if kind in ("SEMI", "ANTI"):
+        return source.unsupported(f"{side} {kind} JOIN".strip(), join, side or kind)
+    if side:
+        return source.unsupported(f"{side} JOIN", join, side)
+    if join.args.get("using"):
+        return source.unsupported("JOIN … USING", join, "USING", where="inside")
+    return None
+
+
+def _subquery_problem(source: SqlSource, subquery: exp.Subquery) -> UnsupportedQueryError | None:
+    """A subquery is fine as a FROM item (a derived table or a parenthesized join), nowhere else."""
+    parent = subquery.parent
+    if isinstance(parent, (exp.From, exp.Join, exp.Subquery, exp.Exists)) or subquery is source.statement:
+        return None  # an EXISTS is reported as such
+    if isinstance(parent, exp.In):
+        return source.unsupported("IN subquery", parent, "IN", where="inside")
+    if isinstance(parent, (exp.Any, exp.All)):
+        return source.unsupported(f"{parent.key.upper()} subquery", subquery, "SELECT")
+    return source.unsupported("scalar subquery", subquery, "SELECT")
+
+
+# ---------------------------------------------------------------------------------------------------
+# Tables and variables
+
+
+class Catalog:
+    """Tables by case-insensitive name: the schema key and its column names in order."""
+
+    def __init__(self, schemas: Mapping[str, Sequence[object]]):
+        self._tables = {key.lower(): (key, tuple(_column_name(c) for c in columns))
+                        for key, columns in schemas.items()}
+
+    def lookup(self, parts: Sequence[str]) -> tuple[str, tuple[str, ...]] | None:
+        """The table named by qualified `parts` (catalog, db, table): the longest name present wins."""
+        for i in range(len(parts)):
+            found = self._tables.get(".".join(parts[i:]).lower())
+            if found:
+                return found
+        return None
+
+
+def _column_name(column: object) -> str:
+    if isinstance(column, str):
+        return column
+    if isinstance(column, (tuple, list)):
+        return str(column[0])
+    return str(getattr(column, "name"))
+
+
+PLACEHOLDER = "\x00"  # prefix of names not settled yet; no SQL identifier holds it
+_AGGREGATE_NAME = re.compile(rf"^({ROW_COUNT}|(sum|nn)_\d+)$")
+
+
+class VariableNames:
+    """Hands out placeholder variables while the query is read and settles their names at the end."""
+
+    def __init__(self):
+        self._columns: list[tuple[str, str, str]] = []  # (placeholder, FROM item alias, column)
+        self._generated: list[str] = []
+
+    def for_column(self, alias: str, column: str) -> str:
+        placeholder = self._next()
+        self._columns.append((placeholder, _identifier(alias), _identifier(column)))
+        return placeholder
+
+    def generated(self) -> str:
+        placeholder = self._next()
+        self._generated.append(placeholder)
+        return placeholder
+
+    def _next(self) -> str:
+        return f"{PLACEHOLDER}v{len(self._columns) + len(self._generated)}"
+
+    def final_names(self) -> dict[str, str]:
+        owners = Counter(column for _, _, column in self._columns)
+        taken: set[str] = set()
+        names = {}
+        for placeholder, alias, column in self._columns:
+            unique = owners[column] == 1 and not _AGGREGATE_NAME.match(column)
+            names[placeholder] = _fresh(column if unique else f"{alias}_{column}", taken)
+        number = 0
+        for placeholder in self._generated:
+            number += 1
+            while f"g{number}" in taken:
+                number += 1
+            names[placeholder] = _fresh(f"g{number}", taken)
+        return names
+
+
+def _identifier(name: str) -> str:
+    """A lowercase name the calculus text can carry: letters, digits and underscores."""
+    text = re.sub(r"[^a-z0-9_]", "_", name.lower())
+    return f"_{text}" if not text or text[0].isdigit() else text
+
+
+def _fresh(name: str, taken: set[str]) -> str:
+    candidate, n = name, 1
+    while candidate in taken or _AGGREGATE_NAME.match(candidate):
+        n += 1
+        candidate = f"{name}_{n}"
+    taken.add(candidate)
+    return candidate
+
+
+@dataclass
+class Translation:
+    """What the whole query shares while it is read."""
+
+    source: SqlSource
+    catalog: Catalog
+    names: VariableNames = field(default_factory=VariableNames)
+    relations: list[str] = field(default_factory=list)  # base relations read, in FROM order
+
+
+# ---------------------------------------------------------------------------------------------------
+# FROM items and the scope of one SELECT
+
+
+@dataclass
+class SourceColumn:
+    """A column a FROM item offers: a variable, or a computed value bound by a lift when first used."""
+
+    name: str
+    var: str | None = None
+    value: Expr | None = None
+
+
+@dataclass
+class FromItem:
+    alias: str  # lowercase; a table without alias goes by its own name
+    columns: list[SourceColumn]
+    relations: list[Rel]
+    factors: list[Expr]  # a derived table's conditions, then the lifts of its computed columns
+    names: VariableNames
+
+    def variable(self, column: SourceColumn) -> Var:
+        if column.var is None:
+            column.var = self.names.for_column(self.alias, column.name)
+            self.factors.append(lift(column.var, column.value))
+        return Var(column.var)
+
+
+class Scope:
+    """The FROM items of one SELECT and its ON/WHERE conditions."""
+
+    def __init__(self, source: SqlSource):
+        self.source = source
+        self.items: list[FromItem] = []
+        self.conditions: list[Expr] = []
+
+    def relations(self) -> list[Rel]:
+        return [r for item in self.items for r in item.relations]
+
+    def factors(self) -> list[Expr]:
+        return [f for item in self.items for f in item.factors] + self.conditions
+
+    def resolve(self, column: exp.Column) -> Expr:
+        item, source_column = self.lookup(column)
+        return item.variable(source_column)
+
+    def lookup(self, column: exp.Column) -> tuple[FromItem, SourceColumn]:
+        name = column.name.lower()
+        items = self._items_named(column.table, column) if column.table else self.items
+        matches = [(item, c) for item in items for c in item.columns if c.name.lower() == name]
+        if not matches:
+            raise self.source.located(UnknownColumnError, f"unknown column {column.sql(dialect=DIALECT)}", column)
+        if len(matches) > 1:
+            owners = " and ".join(dict.fromkeys(item.alias for item, _ in matches))
+            raise self.source.located(
+                UnknownColumnError, f"ambiguous column {column.sql(dialect=DIALECT)} (in {owners})", column)
+        return matches[0]
+
+    def _items_named(self, qualifier: str, column: exp.Column) -> list[FromItem]:
+        items = [item for item in self.items if item.alias == qualifier.lower()]
+        if not items:
+            raise self.source.located(
+                UnknownColumnError, f"unknown column {column.sql(dialect=DIALECT)} (no FROM item {qualifier})",
+                column)
+        return items
+
+    def star(self, qualifier: str | None, node: exp.Expression) -> list[tuple[FromItem, SourceColumn]]:
+        items = self._items_named(qualifier, node) if qualifier else self.items
+        return [(item, c) for item in items for c in item.columns]
+
+
+# ---------------------------------------------------------------------------------------------------
+# Values and conditions
+
+
+_COMPARISONS = {exp.EQ: "=", exp.NEQ: "!=", exp.LT: "<", exp.LTE: "<=", exp.GT: ">", exp.GTE: ">=",
+                exp.NullSafeEQ: "is", exp.NullSafeNEQ: "is not"}
+
+_ARITHMETIC = {exp.Add: "+", exp.Sub: "-", exp.Div: "/", exp.Mod: "%", exp.IntDiv: "div", exp.DPipe: "||"}
+
+_PATTERN_MATCHES = {exp.Like: "like", exp.ILike: "ilike", exp.RegexpLike: "rlike"}
+
+# sqlglot class → (calculus function, allowed argument counts)
+_FUNCTIONS = {
+    exp.Upper: ("upper", (1,)), exp.Lower: ("lower", (1,)), exp.Length: ("length", (1,)),
+    exp.Abs: ("abs", (1,)), exp.Year: ("year", (1,)), exp.Month: ("month", (1,)), exp.Day: ("day", (1,)),
+    exp.DayOfMonth: ("day", (1,)), exp.Substring: ("substring", (2, 3)), exp.Coalesce: ("coalesce", None),
+    exp.Concat: ("concat", None), exp.Round: ("round", (1, 2)), exp.Floor: ("floor", (1,)),
+    exp.Ceil: ("ceil", (1,)), exp.Least: ("least", None), exp.Greatest: ("greatest", None),
+    exp.DateDiff: ("datediff", (2,)), exp.AddMonths: ("add_months", (2,)), exp.Nullif: ("nullif", (2,)),
+    exp.TsOrDsToDate: ("to_date", (1,)),
+}
+
+_CAST_TYPES = {
+    "INT": "int", "BIGINT": "bigint", "SMALLINT": "smallint", "TINYINT": "tinyint", "DOUBLE": "double",
+    "FLOAT": "float", "DECIMAL": "decimal", "TEXT": "string", "VARCHAR": "string", "CHAR": "string",
+    "DATE": "date", "TIMESTAMP": "timestamp", "TIMESTAMPTZ": "timestamp",
+}
+
+_EXTRACT_FIELDS = {"YEAR": "year", "MONTH": "month", "DAY": "day"}
+
+_INTERVAL_UNITS = {"DAY": ("days", 1), "WEEK": ("days", 7), "MONTH": ("months", 1), "YEAR": ("months", 12)}
+
+
+class ValueTranslator:
+    """SQL value expressions → calculus values; SQL predicates → 0/1 condition factors."""
+
+    def __init__(self, source: SqlSource, resolve: Callable[[exp.Column], Expr]):
+        self.source = source
+        self.resolve = resolve
+
+    # -- values ------------------------------------------------------------------------------------
+
+    def value(self, node: exp.Expression) -> Expr:
+        if isinstance(node, exp.Paren):
+            return self.value(node.this)
+        if isinstance(node, exp.Column):
+            if isinstance(node.this, exp.Star):
+                raise self.source.unsupported("* outside SELECT list or COUNT(*)", node)
+            return self.resolve(node)
+        if isinstance(node, (exp.Literal, exp.Null, exp.Boolean)):
+            return Const(self._literal(node))
+        if isinstance(node, exp.Neg):
+            return self._negation(node)
+        if isinstance(node, exp.Mul):
+            return prod(self.value(node.this), self.value(node.expression))
+        if isinstance(node, (exp.Add, exp.Sub)) and _interval_operand(node):
+            return self._date_arithmetic(node)
+        if type(node) in _ARITHMETIC:
+            return fn(_ARITHMETIC[type(node)], self.value(node.this), self.value(node.expression))
+        if isinstance(node, (exp.Cast, exp.TryCast)):
+            return self._cast(node)
+        if isinstance(node, exp.Case):
+            return self._case(node)
+        if isinstance(node, exp.If):
+            return self._if(node)
+        if isinstance(node, exp.AggFunc):
+            raise self.source.unsupported(f"aggregate {self.source.function_name(node).upper()} here", node,
+                                          detail="aggregates belong in the SELECT list or HAVING of the view")
+        if isinstance(node, (exp.Predicate, exp.Connector, exp.Not)):
+            raise self.source.unsupported("a condition used as a value", node,
+                                          detail="use CASE WHEN … THEN 1 ELSE 0 END")
+        if isinstance(node, exp.Func):
+            return self._function(node)
+        raise self.source.unsupported(f"expression {node.key.upper()}", node)
+
+    def _literal(self, node: exp.Expression) -> object:
+        if isinstance(node, exp.Null):
+            return None
+        if isinstance(node, exp.Boolean):
+            return 1 if node.this else 0
+        if node.is_string:
+            return node.this
+        text = node.this
+        if re.fullmatch(r"\d+", text):
+            return int(text)
+        if re.search(r"[eE]", text):
+            return float(text)
+        return Decimal(text)  # Spark types a literal with a decimal point as DECIMAL
+
+    def _negation(self, node: exp.Neg) -> Expr:
+        inner = self.value(node.this)
+        if isinstance(inner, Const) and isinstance(inner.value, (int, float, Decimal)):
+            return Const(-inner.value)
+        return fn("neg", inner)
+
+    def _cast(self, node: exp.Cast) -> Expr:
+        if node.args.get("safe"):
+            raise self.source.unsupported("TRY_CAST", node, "TRY_CAST")
+        to = node.args["to"]
+        type_name = to.this.name if isinstance(to.this, exp.DataType.Type) else str(to.this)
+        target = _CAST_TYPES.get(type_name)
+        if target is None:
+            raise self.source.unsupported(f"CAST to {to.sql(dialect=DIALECT)}", node, "CAST")
+        args = [self.value(node.this)]
+        if target == "decimal":
+            params = [int(p.this.this) for p in to.expressions]
+            args += [Const(p) for p in (params + [10, 0][len(params):])[:2]]
+        return self._fold(f"cast_{target}", args, node)
+
+    def _fold(self, name: str, args: list[Expr], node: exp.Expression) -> Expr:
+        """A call of constants is computed now: `DATE '1998-12-01'` is a date, not a cast."""
+        if not all(isinstance(a, Const) for a in args):
+            return fn(name, *args)
+        result = functions.call(name, [a.value for a in args])
+        if result is None and args[0].value is not None:
+            raise ParseError(f"invalid literal {node.sql(dialect=DIALECT)}", *self.source.position(node))
+        return Const(result)
+
+    def _case(self, node: exp.Case) -> Expr:
+        subject = self.value(node.this) if node.this is not None else None
+        args: list[Expr] = []
+        for branch in node.args.get("ifs") or []:
+            if subject is None:
+                args.append(self.condition(branch.this))
+            else:
+                args.append(comparison("=", subject, self.value(branch.this)))
+            args.append(self.value(branch.args["true"]))
+        default = node.args.get("default")
+        if default is not None:
+            args.append(self.value(default))
+        return fn("case", *args)
+
+    def _if(self, node: exp.If) -> Expr:
+        args = [self.condition(node.this), self.value(node.args["true"])]
+        if node.args.get("false") is not None:
+            args.append(self.value(node.args["false"]))
+        return fn("case", *args)
+
+    def _date_arithmetic(self, node: exp.Add | exp.Sub) -> Expr:
+        interval, date_node = _interval_operand(node)
+        if isinstance(node, exp.Sub) and interval is node.this:
+            raise self.source.unsupported("INTERVAL minus a value", node, "INTERVAL")
+        amount, unit = self._interval(interval)
+        if isinstance(node, exp.Sub):
+            amount = -amount
+        name = "date_add_days" if unit == "days" else "add_months"
+        return self._fold(name, [self.value(date_node), Const(amount)], node)
+
+    def _interval(self, node: exp.Interval) -> tuple[int, str]:
+        unit = (node.unit.name if node.unit is not None else "").upper().rstrip("S")
+        amount = node.this
+        if unit not in _INTERVAL_UNITS:
+            raise self.source.unsupported(f"INTERVAL … {unit or 'without a unit'}", node, "INTERVAL",
+                                          detail="only DAY, WEEK, MONTH or YEAR intervals")
+        if not isinstance(amount, exp.Literal) or not re.fullmatch(r"-?\d+", amount.this.strip()):
+            raise self.source.unsupported("INTERVAL of something else than a whole number", node, "INTERVAL")
+        kind, factor = _INTERVAL_UNITS[unit]
+        return int(amount.this) * factor, kind
+
+    def _function(self, node: exp.Func) -> Expr:
+        name = self.source.function_name(node)
+        if isinstance(node, exp.Extract):
+            field_name = node.this.name.upper()
+            if field_name not in _EXTRACT_FIELDS:
+                raise self.source.unsupported(f"EXTRACT({field_name} …)", node)
+            return fn(_EXTRACT_FIELDS[field_name], self.value(node.expression))
+        if isinstance(node, exp.Trim):
+            return self._trim(node)
+        if isinstance(node, exp.TsOrDsAdd):
+            return self._date_add(node, name)
+        known = _FUNCTIONS.get(type(node))
+        if known is None or (isinstance(node, exp.TsOrDsToDate) and node.args.get("format")):
+            raise self.source.unsupported(f"function {name.upper()}", node)
+        calculus_name, arities = known
+        args = _arguments(node)
+        if arities is not None and len(args) not in arities:
+            raise self.source.unsupported(f"function {name.upper()} with {len(args)} arguments", node)
+        return fn(calculus_name, *(self.value(_unwrap_date_conversion(a)) for a in args))
+
+    def _trim(self, node: exp.Trim) -> Expr:
+        if node.args.get("expression") is not None:
+            raise self.source.unsupported("TRIM of characters other than spaces", node, "TRIM")
+        position = str(node.args.get("position") or "BOTH").upper()
+        name = {"LEADING": "ltrim", "TRAILING": "rtrim"}.get(position, "trim")
+        return fn(name, self.value(node.this))
+
+    def _date_add(self, node: exp.TsOrDsAdd, name: str) -> Expr:
+        if str(node.args.get("unit") or "DAY").upper() != "DAY":
+            raise self.source.unsupported(f"function {name.upper()} with a unit", node)
+        date, days = self.value(node.this), node.expression
+        # sqlglot reads date_sub(d, n) as date_add(d, n * -1)
+        if name == "date_sub" and isinstance(days, exp.Mul) and self.value(days.expression) == Const(-1):
+            return fn("date_sub", date, self.value(days.this))
+        return fn("date_add", date, self.value(days))
+
+    # -- conditions --------------------------------------------------------------------------------
+
+    def condition(self, node: exp.Expression, negated: bool = False) -> Expr:
+        """A 0/1 factor that is 1 where the predicate (or its negation) is true, 0 where false or NULL."""
+        if isinstance(node, exp.Paren):
+            return self.condition(node.this, negated)
+        if isinstance(node, exp.Not):
+            return self.condition(node.this, not negated)
+        if isinstance(node, (exp.And, exp.Or)):
+            left, right = self.condition(node.this, negated), self.condition(node.expression, negated)
+            conjunction = isinstance(node, exp.And) != negated
+            return prod(left, right) if conjunction else disjunction(left, right)
+        if type(node) in _COMPARISONS:
+            op = _COMPARISONS[type(node)]
+            return comparison(NEGATED_CMP[op] if negated else op, self.value(node.this), self.value(node.expression))
+        if isinstance(node, exp.Is):
+            op = "is not" if negated else "is"
+            return comparison(op, self.value(node.this), self.value(node.expression))
+        if isinstance(node, exp.Between):
+            return self._between(node, negated)
+        if isinstance(node, exp.In):
+            return self._in(node, negated)
+        if isinstance(node, exp.Escape):
+            raise self.source.unsupported("LIKE … ESCAPE", node, "ESCAPE", where="inside")
+        if type(node) in _PATTERN_MATCHES:
+            negated = negated != bool(node.args.get("negate"))
+            test = fn(_PATTERN_MATCHES[type(node)], self.value(node.this), self.value(node.expression))
+            return comparison("=", test, Const(0 if negated else 1))
+        if isinstance(node, exp.Boolean):
+            return ONE if bool(node.this) != negated else ZERO
+        # A boolean-valued column or function: Spark compares TRUE = 1 and FALSE = 0.
+        return comparison("=", self.value(node), Const(0 if negated else 1))
+
+    def _between(self, node: exp.Between, negated: bool) -> Expr:
+        x, low, high = self.value(node.this), self.value(node.args["low"]), self.value(node.args["high"])
+        if not negated:
+            return prod(comparison(">=", x, low), comparison("<=", x, high))
+        below, above = comparison("<", x, low), comparison(">", x, high)
+        if _ordered_constants(low, high):
+            return sum_(below, above)  # both cannot hold at once
+        return disjunction(below, above)
+
+    def _in(self, node: exp.In, negated: bool) -> Expr:
+        values = node.expressions
+        if not values or node.args.get("unnest") or node.args.get("field"):
+            raise self.source.unsupported("IN of something else than a value list", node, "IN", where="inside")
+        test = fn("in", self.value(node.this), *(self.value(v) for v in values))
+        return comparison("=", test, Const(0 if negated else 1))
+
+
+def comparison(op: str, left: Expr, right: Expr) -> Expr:
+    """`{left op right}`, computed now when both sides are constants."""
+    if isinstance(left, Const) and isinstance(right, Const):
+        folded = _compare_constants(op, left.value, right.value)
+        if folded is not None:
+            return ONE if folded else ZERO
+    return cmp(op, left, right)
+
+
+def _compare_constants(op: str, a: object, b: object) -> bool | None:
+    if op in ("is", "is not"):
+        same = a == b if a is not None and b is not None else a is b
+        return same if op == "is" else not same
+    if a is None or b is None:
+        return False
+    try:
+        return {"=": a == b, "!=": a != b, "<": a < b, "<=": a <= b, ">": a > b, ">=": a >= b}[op]
+    except TypeError:
+        return None
+
+
+def disjunction(a: Expr, b: Expr) -> Expr:
+    """A OR B for 0/1 conditions, by inclusion–exclusion: A + B − A·B."""
+    if a == ZERO:
+        return b
+    if b == ZERO:
+        return a
+    return sum_(a, b, neg(prod(a, b)))
+
+
+def _ordered_constants(low: Expr, high: Expr) -> bool:
+    return isinstance(low, Const) and isinstance(high, Const) and bool(_compare_constants("<=", low.value, high.value))
+
+
+def is_not_null(value: Expr) -> Expr:
+    return comparison("is not", value, NULL)
+
+
+def _interval_operand(node: exp.Add | exp.Sub) -> tuple[exp.Interval, exp.Expression] | None:
+    if isinstance(node.expression, exp.Interval):
+        return node.expression, node.this
+    if isinstance(node.this, exp.Interval):
+        return node.this, node.expression
+    return None
+
+
+def _arguments(node: exp.Func) -> list[exp.Expression]:
+    args: list[exp.Expression] = []
+    for key in node.arg_types:
+        value = node.args.get(key)
+        if isinstance(value, list):
+            args.extend(v for v in value if isinstance(v, exp.Expression))
+        elif isinstance(value, exp.Expression):
+            args.append(value)
+    return args
+
+
+def _unwrap_date_conversion(node: exp.Expression) -> exp.Expression:
+    """sqlglot wraps the date argument of year(d), datediff(a, b) … in a to_date the user did not write."""
+    if isinstance(node, exp.TsOrDsToDate) and _span(node) == _span(node.this) and not node.args.get("format"):
+        return node.this
+    return node
+
+
+# ---------------------------------------------------------------------------------------------------
+# One SELECT: its FROM scope and select list
+
+
+@dataclass
+class SelectItem:
+    name: str  # the output column name Spark would give
+    node: exp.Expression | None  # the select expression, without its alias
+    star_column: tuple[FromItem, SourceColumn] | None = None  # set instead of node for `*` expansions
+    aliased: bool = False
+
+
+class SelectTranslator:
+    """The FROM clause and WHERE of one SELECT, inlined into a scope, and its select list."""
+
+    def __init__(self, translation: Translation, select: exp.Select, ctes: Mapping[str, tuple] | None = None):
+        self.translation = translation
+        self.source = translation.source
+        self.select = select
+        self.ctes = dict(ctes or {})
+        self._define_ctes()
+        self.scope = Scope(self.source)
+        self.values = ValueTranslator(self.source, self.scope.resolve)
+        self._inline_from()
+
+    def _define_ctes(self) -> None:
+        with_ = self.select.args.get("with_")
+        for cte in (with_.expressions if with_ else []):
+            # A CTE sees the CTEs defined before it.
+            self.ctes[cte.alias_or_name.lower()] = (cte, dict(self.ctes))
+
+    # -- FROM --------------------------------------------------------------------------------------
+
+    def _inline_from(self) -> None:
+        from_ = self.select.args.get("from_")
+        if from_ is None:
+            raise self.source.unsupported("SELECT without FROM", self.select, "SELECT")
+        self._add_source(from_.this)
+        for join in self.select.args.get("joins") or []:
+            self._add_join(join)
+        where = self.select.args.get("where")
+        if where is not None:
+            reject_aggregates(self.source, where.this, "aggregate in WHERE")
+            self.scope.conditions.append(self.values.condition(where.this))
+
+    def _add_join(self, join: exp.Join) -> None:
+        self._add_source(join.this)
+        on = join.args.get("on")
+        if on is not None:
+            reject_aggregates(self.source, on, "aggregate in ON")
+            self.scope.conditions.append(self.values.condition(on))
+
+    def _add_source(self, node: exp.Expression) -> None:
+        if isinstance(node, exp.Table):
+            self._add_table(node)
+        elif isinstance(node, exp.Subquery) and isinstance(node.this, exp.Select):
+            self._add_derived(node.this, node.alias_or_name, _alias_columns(node), node)
+        elif isinstance(node, exp.Subquery) and isinstance(node.this, (exp.Table, exp.Subquery)):
+            self._add_source(node.this)  # a parenthesized join
+        else:
+            raise self.source.unsupported(f"FROM item {node.key.upper()}", node)
+
+    def _add_table(self, table: exp.Table) -> None:
+        if not isinstance(table.this, exp.Identifier):
+            name = table.this.sql(dialect=DIALECT).split("(")[0].upper()
+            raise self.source.unsupported(f"table function {name}", table)
+        if table.args.get("version") or table.args.get("when"):
+            raise self.source.unsupported("time travel", table)
+        alias = table.alias or table.name
+        cte = self.ctes.get(table.name.lower()) if not table.db else None
+        if cte is not None:
+            definition, visible_ctes = cte
+            if not isinstance(definition.this, exp.Select):
+                raise self.source.unsupported(f"CTE {definition.alias_or_name} that is not a SELECT", definition)
+            column_aliases = _alias_columns(table) or _alias_columns(definition)
+            self._add_derived(definition.this, alias, column_aliases, table, visible_ctes)
+        else:
+            self._add_base_table(table, alias)
+        for join in table.args.get("joins") or []:
+            self._add_join(join)
+
+    def _add_base_table(self, table: exp.Table, alias: str) -> None:
+        parts = [p for p in (table.catalog, table.db, table.name) if p]
+        found = self.translation.catalog.lookup(parts)
+        if found is None:
+            raise self.source.located(UnknownTableError, f"unknown table {'.'.join(parts)}", table)
+        key, column_names = found
+        alias = alias.lower()
+        column_aliases = _alias_columns(table)
+        if column_aliases and len(column_aliases) != len(column_names):
+            raise self.source.unsupported(
+                f"{len(column_aliases)} column aliases for the {len(column_names)} columns of {key}", table)
+        columns = [SourceColumn(c, var=self.translation.names.for_column(alias, c))
+                   for c in column_aliases or column_names]
+        atom = rel(key, *(c.var for c in columns))
+        self.scope.items.append(FromItem(alias, columns, [atom], [], self.translation.names))
+        self.translation.relations.append(key)
+
+    def _add_derived(self, select: exp.Select, alias: str, column_aliases: list[str], node: exp.Expression,
+                     ctes: Mapping[str, tuple] | None = None) -> None:
+        inner = SelectTranslator(self.translation, select, self.ctes if ctes is None else ctes)
+        outputs = inner.inlined_outputs()
+        if column_aliases:
+            if len(column_aliases) != len(outputs):
+                raise self.source.unsupported(
+                    f"{len(column_aliases)} column aliases for {len(outputs)} columns of {alias}", node)
+            outputs = [(new_name, value) for new_name, (_, value) in zip(column_aliases, outputs)]
+        columns = [SourceColumn(name, var=value.name) if isinstance(value, Var) else SourceColumn(name, value=value)
+                   for name, value in outputs]
+        self.scope.items.append(FromItem(alias.lower(), columns, inner.scope.relations(), inner.scope.factors(),
+                                         self.translation.names))
+
+    def inlined_outputs(self) -> list[tuple[str, Expr]]:
+        """The select list of a derived table or CTE inlined into the query: (name, value) per column."""
+        for clause, construct, keyword in (("group", "aggregate in a derived table", "GROUP"),
+                                           ("having", "aggregate in a derived table", "HAVING"),
+                                           ("limit", "LIMIT in a derived table", "LIMIT"),
+                                           ("offset", "OFFSET in a derived table", "OFFSET")):
+            if self.select.args.get(clause) is not None:
+                raise self.source.unsupported(construct, self.select.args[clause], keyword)
+        for node in self.select.expressions:
+            reject_aggregates(self.source, node, "aggregate in a derived table")
+        return [(item.name, self.item_value(item)) for item in self.select_items()]
+
+    # -- select list -------------------------------------------------------------------------------
+
+    def select_items(self) -> list[SelectItem]:
+        items: list[SelectItem] = []
+        for node in self.select.expressions:
+            star_qualifier = _star_qualifier(node)
+            if star_qualifier is not None:
+                items += [SelectItem(column.name, None, (item, column))
+                          for item, column in self.scope.star(star_qualifier or None, node)]
+            elif isinstance(node, exp.Alias):
+                items.append(SelectItem(node.alias, node.this, aliased=True))
+            else:
+                items.append(SelectItem(self.output_name(node), node))
+        return items
+
+    def item_value(self, item: SelectItem) -> Expr:
+        if item.star_column is not None:
+            from_item, column = item.star_column
+            return from_item.variable(column)
+        return self.values.value(item.node)
+
+    def output_name(self, node: exp.Expression) -> str:
+        """The column name Spark gives an unaliased select expression (best effort for computed ones)."""
+        if isinstance(node, exp.Column) and not isinstance(node.this, exp.Star):
+            try:
+                return self.scope.lookup(node)[1].name
+            except UnknownColumnError:
+                return node.name  # reported when the column is translated
+        return spark_auto_name(node)
+
+
+def _star_qualifier(node: exp.Expression) -> str | None:
+    """'' for `*`, the qualifier for `t.*`, None for anything else."""
+    if isinstance(node, exp.Star):
+        return ""
+    if isinstance(node, exp.Column) and isinstance(node.this, exp.Star):
+        return node.table
+    return None
+
+
+def _alias_columns(node: exp.Expression) -> list[str]:
+    alias = node.args.get("alias")
+    return [c.name for c in alias.columns] if isinstance(alias, exp.TableAlias) else []
+
+
+def _first_aggregate(node: exp.Expression) -> exp.AggFunc | None:
+    return next((n for n in node.walk() if isinstance(n, exp.AggFunc)), None)
+
+
+def reject_aggregates(source: SqlSource, node: exp.Expression, construct: str) -> None:
+    aggregate = _first_aggregate(node)
+    if aggregate is not None:
+        raise source.unsupported(construct, aggregate)
+
+
+def _has_column(node: exp.Expression) -> bool:
+    return any(isinstance(n, exp.Column) for n in node.walk())
+
+
+def spark_auto_name(node: exp.Expression) -> str:
+    """Spark's name for an unaliased expression, best effort: `sum(a)`, `count(1)`, `(a + b)`."""
+
+    def plain(n: exp.Expression) -> exp.Expression:
+        if isinstance(n, exp.Column) and not isinstance(n.this, exp.Star):
+            return exp.column(n.name)
+        if isinstance(n, exp.Count) and isinstance(n.this, exp.Star):
+            return exp.Anonymous(this="count", expressions=[exp.Literal.number(1)])
+        return n
+
+    text = node.transform(plain).sql(dialect=DIALECT, normalize_functions="lower")
+    return f"({text})" if isinstance(node, exp.Binary) else text
+
+
+# ---------------------------------------------------------------------------------------------------
+# Aggregates
+
+
+class Aggregates:
+    """The sums and non-NULL counts the view's columns ask for, named once the body is known."""
+
+    def __init__(self):
+        self.arguments: list[Expr] = []
+        self._wanted: dict[Expr, set[str]] = {}
+
+    def sum(self, value: Expr, register: bool = True) -> tuple[str, str]:
+        return self._ask(value, "sum", register), self._ask(value, "nn", register)
+
+    def non_null_count(self, value: Expr, register: bool = True) -> str:
+        return self._ask(value, "nn", register)
+
+    def _ask(self, value: Expr, kind: str, register: bool) -> str:
+        if value not in self._wanted:
+            if not register:
+                raise LookupError(kind)
+            self.arguments.append(value)
+            self._wanted[value] = set()
+        wanted = self._wanted[value]
+        if kind not in wanted:
+            if not register:
+                raise LookupError(kind)
+            wanted.add(kind)
+        return self.placeholder(value, kind)
+
+    def placeholder(self, value: Expr, kind: str) -> str:
+        return f"{PLACEHOLDER}{kind}{self.arguments.index(value)}"
+
+    def definitions(self, keys: tuple[str, ...], body: Expr,
+                    variable_names: Mapping[str, str]) -> tuple[list[Aggregate], dict[str, str]]:
+        """The aggregates in order (row count first) and each placeholder's final name; an aggregate
+        whose definition equals an earlier one is that one."""
+        aggregates = [Aggregate(ROW_COUNT, aggsum(keys, body))]
+        name_of = {aggregates[0].definition: ROW_COUNT}
+        names: dict[str, str] = {}
+        number = 0
+        for value in self.arguments:
+            final_value = rename(value, variable_names)
+            candidates = []
+            for kind in ("sum", "nn"):
+                if kind in self._wanted[value]:
+                    factor = final_value if kind == "sum" else is_not_null(final_value)
+                    candidates.append((kind, aggsum(keys, prod(body, factor))))
+            if any(d not in name_of for _, d in candidates):
+                number += 1
+            for kind, definition in candidates:
+                if definition not in name_of:
+                    name_of[definition] = f"{kind}_{number}"
+                    aggregates.append(Aggregate(name_of[definition], definition))
+                names[self.placeholder(value, kind)] = name_of[definition]
+        return aggregates, names
+
+
+# ---------------------------------------------------------------------------------------------------
+# The view: keys, aggregates and the Spark SQL that reads them
+
+
+def _quoted(name: str) -> exp.Column:
+    return exp.column(name, quoted=True)
+
+
+class ViewTranslator:
+    """The top SELECT: group keys, aggregates, output columns, HAVING, ORDER BY and LIMIT."""
+
+    def __init__(self, translation: Translation, select: exp.Select):
+        self.translation = translation
+        self.source = translation.source
+        self.select = select
+        self.from_ = SelectTranslator(translation, select)
+        self.values = self.from_.values
+        self.items = self.from_.select_items()
+        self.keys: list[str] = []
+        self.key_of_value: dict[Expr, str] = {}
+        self.key_lifts: list[Expr] = []
+        self.aggregates = Aggregates()
+        self.aliases: dict[str, exp.Expression] = {}  # select alias → its rewritten SQL, for HAVING
+
+    def view(self) -> ViewQuery:
+        grouped = self._is_grouped()
+        if grouped:
+            self._group_keys()
+            outputs = [(item.name, self._rewrite_item(item)) for item in self.items]
+        else:
+            outputs = [(item.name, _quoted(self._add_key(self.from_.item_value(item)))) for item in self.items]
+        self.aliases = {name.lower(): tree for (name, tree), item in zip(outputs, self.items) if item.aliased}
+        having = self.select.args.get("having")
+        having_tree = self.rewrite(having.this, use_aliases=True) if having is not None else None
+        order_by = self._order_by(outputs)
+        return self._finish(outputs, having_tree, order_by, bag=not grouped)
+
+    def _is_grouped(self) -> bool:
+        having = self.select.args.get("having")
+        return (self.select.args.get("group") is not None or having is not None
+                or any(_first_aggregate(item.node) is not None for item in self.items if item.node is not None))
+
+    # -- keys --------------------------------------------------------------------------------------
+
+    def _group_keys(self) -> None:
+        group = self.select.args.get("group")
+        for node in (group.expressions if group is not None else []):
+            reject_aggregates(self.source, node, "aggregate in GROUP BY")
+            self._add_key(self._group_value(node))
+
+    def _group_value(self, node: exp.Expression) -> Expr:
+        """GROUP BY accepts select-list positions and aliases as Spark does (a column name wins)."""
+        if isinstance(node, exp.Literal) and not node.is_string and re.fullmatch(r"\d+", node.this):
+            return self.from_.item_value(self._item_at(int(node.this), node))
+        if isinstance(node, exp.Column) and not node.table:
+            try:
+                return self.values.value(node)
+            except UnknownColumnError:
+                aliased = [i for i in self.items if i.aliased and i.name.lower() == node.name.lower()]
+                if not aliased:
+                    raise
+                reject_aggregates(self.source, aliased[0].node, "aggregate in GROUP BY")
+                return self.values.value(aliased[0].node)
+        return self.values.value(node)
+
+    def _item_at(self, position: int, node: exp.Expression) -> SelectItem:
+        if not 1 <= position <= len(self.items):
+            raise self.source.unsupported(f"position {position} that is not in the select list", node)
+        return self.items[position - 1]
+
+    def _add_key(self, value: Expr) -> str:
+        if value not in self.key_of_value:
+            if isinstance(value, Var):
+                key = value.name
+            else:
+                key = self.translation.names.generated()
+                self.key_lifts.append(lift(key, value))
+            self.keys.append(key)
+            self.key_of_value[value] = key
+        return self.key_of_value[value]
+
+    # -- select list, HAVING, ORDER BY as Spark SQL over keys and aggregates -----------------------
+
+    def _rewrite_item(self, item: SelectItem) -> exp.Expression:
+        if item.node is not None:
+            return self.rewrite(item.node)
+        value = self.from_.item_value(item)
+        if value not in self.key_of_value:
+            raise self.source.unsupported(f"column {item.name} that is neither grouped nor aggregated",
+                                          self.select, "*", where="inside")
+        return _quoted(self.key_of_value[value])
+
+    def rewrite(self, node: exp.Expression, register: bool = True, use_aliases: bool = False) -> exp.Expression:
+        """The expression with aggregate calls replaced by aggregate names and group keys by key names."""
+
+        def visit(n: exp.Expression) -> exp.Expression:
+            if isinstance(n, exp.AggFunc):
+                return self._aggregate_sql(n, register)
+            if isinstance(n, exp.Column):
+                return self._column_sql(n, use_aliases)
+            if _has_column(n) and _first_aggregate(n) is None:
+                key = self._key_for(n)
+                if key is not None:
+                    return _quoted(key)
+            return n
+
+        return node.transform(visit)
+
+    def _key_for(self, node: exp.Expression) -> str | None:
+        try:
+            value = self.values.value(node)
+        except UnsupportedQueryError:
+            return None  # not a calculus value, so not a key: its parts may still be
+        return self.key_of_value.get(value)
+
+    def _column_sql(self, column: exp.Column, use_aliases: bool) -> exp.Expression:
+        alias = self.aliases.get(column.name.lower()) if use_aliases and not column.table else None
+        try:
+            key = self.key_of_value.get(self.values.value(column))
+        except UnknownColumnError:
+            if alias is None:
+                raise
+            return alias.copy()
+        if key is not None:
+            return _quoted(key)
+        if alias is not None:
+            return alias.copy()
+        raise self.source.unsupported(f"column {column.sql(dialect=DIALECT)} that is neither grouped nor aggregated",
+                                      column)
+
+    def _aggregate_sql(self, call: exp.AggFunc, register: bool) -> exp.Expression:
+        try:
+            if isinstance(call, exp.Count):
+                return self._count_sql(call, register)
+            argument = self._argument(call.this)
+            if is_not_null(argument) == ZERO:
+                return exp.Null()
+            sum_name, non_null_name = self.aggregates.sum(argument, register)
+        except LookupError:
+            raise self.source.unsupported("ORDER BY an expression that is not in the select list", call) from None
+        if isinstance(call, exp.Avg):
+            return exp.Paren(this=exp.Div(this=_quoted(sum_name), expression=exp.Nullif(
+                this=_quoted(non_null_name), expression=exp.Literal.number(0))))
+        # SUM over no non-NULL value is NULL, not 0.
+        return exp.Case(ifs=[exp.If(this=exp.EQ(this=_quoted(non_null_name), expression=exp.Literal.number(0)),
+                                    true=exp.Null())], default=_quoted(sum_name))
+
+    def _count_sql(self, call: exp.Count, register: bool) -> exp.Expression:
+        if call.expressions:
+            raise self.source.unsupported("COUNT of several expressions", call)
+        if call.this is None or isinstance(call.this, exp.Star):
+            return _quoted(ROW_COUNT)
+        argument = self._argument(call.this)
+        if is_not_null(argument) == ZERO:
+            return exp.Literal.number(0)
+        return _quoted(self.aggregates.non_null_count(argument, register))
+
+    def _argument(self, node: exp.Expression) -> Expr:
+        nested = _first_aggregate(node)
+        if nested is not None:
+            raise self.source.unsupported("nested aggregate", nested)
+        return self.values.value(node)
+
+    def _order_by(self, outputs: list[tuple[str, exp.Expression]]) -> tuple[str, ...]:
+        order = self.select.args.get("order")
+        sorts = []
+        for ordered in (order.expressions if order is not None else []):
+            target = self._order_target(ordered.this, outputs)
+            sorts.append(exp.Ordered(this=target, desc=ordered.args.get("desc"),
+                                     nulls_first=ordered.args.get("nulls_first")).sql(dialect=DIALECT))
+        return tuple(sorts)
+
+    def _order_target(self, node: exp.Expression, outputs: list[tuple[str, exp.Expression]]) -> exp.Expression:
+        """ORDER BY refers to output columns by position, by name, or by an expression of them."""
+        names = [name for name, _ in outputs]
+        if isinstance(node, exp.Literal) and not node.is_string and re.fullmatch(r"\d+", node.this):
+            self._item_at(int(node.this), node)
+            return _quoted(names[int(node.this) - 1])
+        if isinstance(node, exp.Column) and not node.table:
+            named = [n for n in names if n.lower() == node.name.lower()]
+            if named:
+                return _quoted(named[0])
+        tree = self.rewrite(node, register=False)
+        by_sql = {t: name for name, t in reversed(outputs)}
+        output_references: list[exp.Expression] = []
+
+        def to_output(n: exp.Expression) -> exp.Expression:
+            if n not in by_sql:
+                return n
+            output_references.append(_quoted(by_sql[n]))
+            return output_references[-1]
+
+        tree = tree.transform(to_output)
+        if any(all(c is not r for r in output_references) for c in tree.find_all(exp.Column)):
+            raise self.source.unsupported("ORDER BY an expression that is not in the select list", node)
+        return tree
+
+    def _limit(self) -> int | None:
+        if self.select.args.get("offset") is not None:
+            raise self.source.unsupported("OFFSET", self.select.args["offset"], "OFFSET")
+        limit = self.select.args.get("limit")
+        if limit is None:
+            return None
+        count = limit.expression
+        if not (isinstance(count, exp.Literal) and not count.is_string and re.fullmatch(r"\d+", count.this)):
+            raise self.source.unsupported("LIMIT that is not a whole number", limit, "LIMIT")
+        return int(count.this)
+
+    # -- settling names ----------------------------------------------------------------------------
+
+    def _finish(self, outputs, having_tree, order_by, bag: bool) -> ViewQuery:
+        limit = self._limit()
+        scope = self.from_.scope
+        body = prod(*scope.relations(), *scope.factors(), *self.key_lifts)
+        variable_names = self.translation.names.final_names()
+        keys = tuple(variable_names[k] for k in self.keys)
+        aggregates, aggregate_names = self.aggregates.definitions(keys, rename(body, variable_names),
+                                                                  variable_names)
+        names = {**variable_names, **aggregate_names}
+        return ViewQuery(
+            sql=self.source.text,
+            keys=keys,
+            aggregates=tuple(aggregates),
+            columns=tuple(OutputColumn(name, _render(tree, names)) for name, tree in outputs),
+            having=_render(having_tree, names) if having_tree is not None else None,
+            order_by=order_by,
+            limit=limit,
+            bag=bag,
+            relations=tuple(dict.fromkeys(self.translation.relations)),
+        )
+
+
+def _render(tree: exp.Expression, names: Mapping[str, str]) -> str:
+    def settle(n: exp.Expression) -> exp.Expression:
+        if isinstance(n, exp.Identifier) and n.this in names:
+            return exp.to_identifier(names[n.this], quoted=True)
+        return n
+
+    return tree.transform(settle).sql(dialect=DIALECT)
