@@ -116,9 +116,11 @@ class Engine:
 
     def entry(self, name: str) -> ViewEntry:
         qualified = self.qualify(name)
-        for e in self._entries():
-            if e.name == qualified:
-                return e
+        if self.spark.catalog.tableExists(self.catalog_table):
+            rows = self.spark.sql(
+                f"SELECT entry FROM {self.catalog_table} WHERE name = '{qualified}'").collect()
+            if rows:
+                return pickle.loads(base64.b64decode(rows[0]["entry"]))
         raise UnknownViewError(f"no incremental view named {qualified}")
 
     def _save_entry(self, e: ViewEntry) -> None:
@@ -274,7 +276,7 @@ class Engine:
         batch_id = uuid.uuid4().hex[:8]
         for i, table in enumerate(changed):
             delta_sql = source_tables.change_rows_sql(
-                self.spark, table, applied[table] + 1, targets[table], entry.source_columns[table])
+                table, applied[table] + 1, targets[table], entry.source_columns[table])
             relations = [r for r, t in entry.sources.items() if t == table]
             deltas = {r: delta_sql for r in relations}
             sources = self._sources(entry.sources, entry.source_columns, versions, entry.layout, store_version,
@@ -302,9 +304,16 @@ class Engine:
         staged_view = f"__ivm_staged_{batch_id}"
         staged.createOrReplaceTempView(staged_view)
         _crash_point("before_merge")
-        self._merge(entry, staged_view, store_version)
+        try:
+            rows = self._merge(entry, staged_view, store_version)
+        except Exception as exc:
+            raise _refresh_failure(entry, exc) from exc
+        finally:
+            self.spark.catalog.dropTempView(staged_view)
+            for views in pending.values():
+                for view in views:
+                    self.spark.catalog.dropTempView(view)
         _crash_point("after_merge")
-        rows = self._last_merge_rows(entry)
         return self._stats(entry, "refreshed", targets, rows, started)
 
     def _statement_increments(self, entry: ViewEntry, s, sources: Sources) -> str:
@@ -329,23 +338,30 @@ class Engine:
         progress = layout.progress_sql(versions)
         return progress if grouped is None else f"{grouped} UNION ALL {progress}"
 
-    def _merge(self, entry: ViewEntry, staged_view: str, store_version: int) -> None:
-        # Idempotent write: a second MERGE computed from the same store version is skipped by Delta,
-        # so a retried or concurrent refresh can never apply the same changes twice.
+    def _merge(self, entry: ViewEntry, staged_view: str, store_version: int) -> int:
+        """One MERGE of all map increments and the new progress; returns the rows it touched."""
+        settings = {
+            # Idempotent write: a second MERGE computed from the same store version is skipped by
+            # Delta, so a retried or concurrent refresh can never apply the same changes twice.
+            "spark.databricks.delta.write.txnAppId": f"spark_ivm:{entry.store}",
+            "spark.databricks.delta.write.txnVersion": str(store_version + 1),
+            # The source reads pinned versions only, so it is deterministic: no need for MERGE to
+            # materialize it first.
+            "spark.databricks.delta.merge.materializeSource": "none",
+        }
         conf = self.spark.conf
-        conf.set("spark.databricks.delta.write.txnAppId", f"spark_ivm:{entry.store}")
-        conf.set("spark.databricks.delta.write.txnVersion", str(store_version + 1))
+        previous = {k: conf.get(k, None) for k in settings}
+        for k, v in settings.items():
+            conf.set(k, v)
         try:
-            self.spark.sql(entry.layout.merge_sql(staged_view))
+            result = self.spark.sql(entry.layout.merge_sql(staged_view)).collect()
         finally:
-            conf.unset("spark.databricks.delta.write.txnAppId")
-            conf.unset("spark.databricks.delta.write.txnVersion")
-
-    def _last_merge_rows(self, entry: ViewEntry) -> int:
-        row = self.spark.sql(f"DESCRIBE HISTORY {entry.store} LIMIT 1").collect()[0]
-        metrics = row["operationMetrics"] or {}
-        return sum(int(metrics.get(k, 0)) for k in
-                   ("numTargetRowsInserted", "numTargetRowsUpdated", "numTargetRowsDeleted"))
+            for k, v in previous.items():
+                if v is None:
+                    conf.unset(k)
+                else:
+                    conf.set(k, v)
+        return int(result[0]["num_affected_rows"]) if result else 0
 
     def _progress(self, entry: ViewEntry, store_version: int) -> dict[str, int]:
         rows = self.spark.sql(
@@ -415,6 +431,16 @@ class Engine:
         for m in e.layout.maps:
             lines.append(f"-- map {m.name}[{', '.join(m.keys)}]: {counts.get(m.map_id, 0)} rows, value {m.value_type}")
         return "\n".join(lines) + "\n" + e.plan.explain()
+
+
+def _refresh_failure(entry: ViewEntry, exc: Exception) -> Exception:
+    text = str(exc)
+    if any(k in text for k in ("DELTA_CHANGE_DATA_FEED", "ChangeDataFeed", "FileNotFound", "VersionNotFound",
+                               "DELTA_MISSING_CHANGE_DATA", "change data")):
+        return RefreshError(
+            f"the change data feed of a source of {entry.name} no longer covers the versions to apply "
+            f"({text.strip().splitlines()[0][:300]}); run REFRESH INCREMENTAL VIEW {entry.name} FULL")
+    return exc
 
 
 def _schema_key(relation: str, qualified: dict[str, str]) -> str:
