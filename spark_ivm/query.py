@@ -16,12 +16,27 @@ from spark_ivm.printer import to_text
 ROW_COUNT = "count"
 
 
+READ_REDUCERS = ("min", "max", "count_distinct", "sum_distinct", "avg_distinct")
+
+
 @dataclass(frozen=True)
 class Aggregate:
-    """One maintained aggregate: `name` (a SQL identifier) and its definition `AggSum(keys, …)`."""
+    """One maintained aggregate: `name` (a SQL identifier) and its definition `AggSum(keys, …)`.
+
+    Aggregates that are not functions of sums (MIN, MAX, COUNT(DISTINCT …)) keep a multiset instead:
+    the definition is `AggSum(keys + value_keys, …)`, the multiplicity of each value per group, and
+    the aggregate is `reduce` (one of READ_REDUCERS) of `value_keys[0]` over the values whose
+    multiplicity is positive, computed when the view is read. Deletes never rescan a base table.
+    """
 
     name: str
     definition: Expr
+    value_keys: tuple[str, ...] = ()
+    reduce: str | None = None
+
+    def __post_init__(self):
+        if (self.reduce is None) != (not self.value_keys) or (self.reduce and self.reduce not in READ_REDUCERS):
+            raise ValueError(f"aggregate {self.name}: reduce {self.reduce!r} needs exactly one value key")
 
 
 @dataclass(frozen=True)
@@ -41,12 +56,20 @@ class ViewQuery:
     having: str | None = None  # Spark SQL predicate over keys and aggregates
     order_by: tuple[str, ...] = ()  # Spark SQL sort expressions over output column names
     limit: int | None = None
-    bag: bool = False  # no aggregates: each row appears `count` times
+    bag: bool = False  # no aggregates: each row appears `multiplicity` times
     relations: tuple[str, ...] = field(default=())  # base relations read, in order of first use
+    # Spark SQL over aggregates: how many copies of a group's row the view holds (bag queries) and
+    # whether the group is live (> 0). Set operations use e.g. GREATEST(`count_l` - `count_r`, 0).
+    multiplicity: str = f"`{ROW_COUNT}`"
+    distinct: bool = False  # SELECT DISTINCT / UNION / EXCEPT / INTERSECT: one copy of each live row
 
     def explain(self) -> str:
         lines = [f"keys: [{', '.join(self.keys)}]"]
-        lines += [f"{a.name} := {to_text(a.definition)}" for a in self.aggregates]
+        for a in self.aggregates:
+            read = f"  -- read as {a.reduce}({a.value_keys[0]}) over positive multiplicities" if a.reduce else ""
+            lines.append(f"{a.name} := {to_text(a.definition)}{read}")
+        if self.multiplicity != f"`{ROW_COUNT}`" or self.distinct:
+            lines.append(f"multiplicity {self.multiplicity}{' (distinct)' if self.distinct else ''}")
         lines += [f"column {c.name} = {c.sql}" for c in self.columns]
         if self.having:
             lines.append(f"having {self.having}")

@@ -9,6 +9,20 @@ is used. A condition is a 0/1 factor: AND is a product, OR is inclusion–exclus
 is pushed down to the comparisons. The row count, sums and non-NULL counts are `AggSum`s of that body
 over the group keys; the view's columns, HAVING and ORDER BY are Spark SQL over keys and aggregates.
 
+MIN, MAX and COUNT/SUM/AVG(DISTINCT e) are not functions of sums: each keeps the multiset of its value
+per group, `AggSum(keys + (x,), body)` with x the value's column variable, or a fresh `x1`, `x2`… bound
+by a lift `(x ^= e)` appended to the body, and the runtime reduces the values of positive multiplicity
+when the view is read (`min_N`, `max_N`, `cntd_N`, `sumd_N`, `avgd_N`). SELECT DISTINCT without
+aggregates is a bag query read once per live row (`distinct`); over groups it changes nothing when every
+group key is shown and is refused otherwise.
+
+A set operation as the view query (UNION [ALL], EXCEPT/MINUS [ALL], INTERSECT [ALL], chains and mixes)
+keys the view by fresh variables `u1`, `u2`… that each operand lifts to its select list, so rows compare
+NULL-safely. Operands that are summed (UNION ALL) share one count; otherwise each operand has a count of
+its own (`count`, `count_r`, `count_r2`… from left to right) and the view's `multiplicity` combines them,
+e.g. GREATEST(`count` - `count_r`, 0) for EXCEPT ALL. UNION ALL is also a FROM item: the Sum of its
+operands' bodies, each lifting the item's column variables.
+
 A variable stands for a column of a FROM item: the bare lowercase column name when no other FROM item
 of the whole query has a column of that name, else `{alias}_{column}`; computed keys are `g1`, `g2`…
 Whether a name is unique is only known once the whole query is read, so translation works with
@@ -53,7 +67,10 @@ def translate(sql: str, schemas: Mapping[str, Sequence[object]]) -> ViewQuery:
     if not isinstance(statement, (exp.Select, exp.SetOperation)):
         raise source.unsupported(f"{statement.key.upper()} statement", statement, statement.key.upper())
     reject_unsupported_constructs(source)
-    return ViewTranslator(Translation(source, Catalog(schemas)), statement).view()
+    translation = Translation(source, Catalog(schemas))
+    if isinstance(statement, exp.SetOperation):
+        return SetOperationTranslator(translation, statement).view()
+    return ViewTranslator(translation, statement).view()
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -196,7 +213,7 @@ _NONDETERMINISTIC_NAMES = frozenset({
     "reflect", "java_method", "try_reflect",
 })
 
-_MAINTAINED_AGGREGATES = (exp.Sum, exp.Count, exp.Avg)
+_MAINTAINED_AGGREGATES = (exp.Sum, exp.Count, exp.Avg, exp.Min, exp.Max)
 
 _SET_OPERATIONS = {exp.Union: "UNION", exp.Except: "EXCEPT", exp.Intersect: "INTERSECT"}
 
@@ -222,20 +239,13 @@ def _construct_problem(source: SqlSource, node: exp.Expression) -> UnsupportedQu
         name = source.function_name(function).upper() if isinstance(function, exp.Func) else "?"
         return source.unsupported(f"window function {name}", node)
     if isinstance(node, exp.AggFunc) and not isinstance(node, _MAINTAINED_AGGREGATES):
-        name = source.function_name(node).upper()
-        construct = name if isinstance(node, (exp.Min, exp.Max)) else f"aggregate function {name}"
-        return source.unsupported(construct, node)
+        return source.unsupported(f"aggregate function {source.function_name(node).upper()}", node)
     if isinstance(node, exp.Distinct):
-        if isinstance(node.parent, exp.Select):
-            return source.unsupported("SELECT DISTINCT", node.parent, "DISTINCT")
-        if isinstance(node.parent, exp.Func):
-            return source.unsupported(f"{source.function_name(node.parent).upper()}(DISTINCT)", node.parent)
+        return _distinct_problem(source, node)
     if isinstance(node, exp.Join):
         return _join_problem(source, node)
     if isinstance(node, exp.SetOperation):
-        name = _SET_OPERATIONS.get(type(node), node.key.upper())
-        all_rows = " ALL" if node.args.get("distinct") is False else ""
-        return source.unsupported(f"{name}{all_rows}", node, name, where="inside")
+        return _set_operation_problem(source, node)
     if isinstance(node, exp.Subquery):
         return _subquery_problem(source, node)
     if isinstance(node, exp.Lateral):
@@ -268,6 +278,45 @@ def _nondeterministic_error(source: SqlSource, node: exp.Func) -> NonDeterminist
                                  *source.position(written, name.upper()))
 
 
+def _distinct_problem(source: SqlSource, distinct: exp.Distinct) -> UnsupportedQueryError | None:
+    """SELECT DISTINCT and DISTINCT in MIN, MAX, COUNT, SUM and AVG of one value are read elsewhere."""
+    parent = distinct.parent
+    if distinct.args.get("on") is not None:
+        return source.unsupported("DISTINCT ON", parent, "DISTINCT")
+    if isinstance(parent, exp.Select):
+        return None
+    if isinstance(parent, exp.Func):
+        name = source.function_name(parent).upper()
+        if not isinstance(parent, _MAINTAINED_AGGREGATES):
+            return source.unsupported(f"{name}(DISTINCT)", parent)
+        if len(distinct.expressions) != 1:
+            return source.unsupported(f"{name}(DISTINCT) of several expressions", parent)
+        return None
+    return source.unsupported("DISTINCT", distinct, "DISTINCT")
+
+
+def set_operation_name(node: exp.SetOperation) -> str:
+    """UNION, UNION ALL, EXCEPT, EXCEPT ALL, INTERSECT or INTERSECT ALL."""
+    name = _SET_OPERATIONS.get(type(node), node.key.upper())
+    return f"{name} ALL" if node.args.get("distinct") is False else name
+
+
+def _set_operation_problem(source: SqlSource, node: exp.SetOperation) -> UnsupportedQueryError | None:
+    """A set operation is the view query itself or a FROM item (a derived table or a CTE); whether its
+    kind is maintainable there is known when it is translated."""
+    keyword = _SET_OPERATIONS.get(type(node), node.key.upper())
+    if node.args.get("by_name"):
+        return source.unsupported(f"{set_operation_name(node)} BY NAME", node, keyword, where="inside")
+    context = node.parent
+    while isinstance(context, (exp.Subquery, exp.SetOperation)):
+        if isinstance(context, exp.Subquery) and isinstance(context.parent, (exp.From, exp.Join)):
+            return None
+        context = context.parent
+    if context is None or isinstance(context, exp.CTE):
+        return None
+    return source.unsupported(set_operation_name(node), node, keyword, where="inside")
+
+
 def _join_problem(source: SqlSource, join: exp.Join) -> UnsupportedQueryError | None:
     side, kind, method = (str(join.args.get(k) or "").upper() for k in ("side", "kind", "method"))
     if method == "NATURAL":
@@ -284,8 +333,9 @@ def _join_problem(source: SqlSource, join: exp.Join) -> UnsupportedQueryError | 
 def _subquery_problem(source: SqlSource, subquery: exp.Subquery) -> UnsupportedQueryError | None:
     """A subquery is fine as a FROM item (a derived table or a parenthesized join), nowhere else."""
     parent = subquery.parent
-    if isinstance(parent, (exp.From, exp.Join, exp.Subquery, exp.Exists)) or subquery is source.statement:
-        return None  # an EXISTS is reported as such
+    if (isinstance(parent, (exp.From, exp.Join, exp.Subquery, exp.Exists, exp.SetOperation))
+            or subquery is source.statement):
+        return None  # an EXISTS is reported as such; a set operation's operands are its business
     if isinstance(parent, exp.In):
         return source.unsupported("IN subquery", parent, "IN", where="inside")
     if isinstance(parent, (exp.Any, exp.All)):
@@ -322,7 +372,7 @@ def _column_name(column: object) -> str:
 
 
 PLACEHOLDER = "\x00"  # prefix of names not settled yet; no SQL identifier holds it
-_AGGREGATE_NAME = re.compile(rf"^({ROW_COUNT}|(sum|nn)_\d+)$")
+_AGGREGATE_NAME = re.compile(rf"^({ROW_COUNT}|{ROW_COUNT}_r\d*|(sum|nn|min|max|cntd|sumd|avgd)_\d+)$")
 
 
 class VariableNames:
@@ -330,16 +380,18 @@ class VariableNames:
 
     def __init__(self):
         self._columns: list[tuple[str, str, str]] = []  # (placeholder, FROM item alias, column)
-        self._generated: list[str] = []
+        self._generated: list[tuple[str, str]] = []  # (placeholder, stem)
 
     def for_column(self, alias: str, column: str) -> str:
         placeholder = self._next()
         self._columns.append((placeholder, _identifier(alias), _identifier(column)))
         return placeholder
 
-    def generated(self) -> str:
+    def generated(self, stem: str = "g") -> str:
+        """A variable of no column: `g1`, `g2`… (computed keys), `x1`… (aggregated values), `u1`…
+        (the columns of a set operation), numbered per stem."""
         placeholder = self._next()
-        self._generated.append(placeholder)
+        self._generated.append((placeholder, stem))
         return placeholder
 
     def _next(self) -> str:
@@ -352,12 +404,12 @@ class VariableNames:
         for placeholder, alias, column in self._columns:
             unique = owners[column] == 1 and not _AGGREGATE_NAME.match(column)
             names[placeholder] = _fresh(column if unique else f"{alias}_{column}", taken)
-        number = 0
-        for placeholder in self._generated:
-            number += 1
-            while f"g{number}" in taken:
-                number += 1
-            names[placeholder] = _fresh(f"g{number}", taken)
+        numbers: Counter[str] = Counter()
+        for placeholder, stem in self._generated:
+            numbers[stem] += 1
+            while f"{stem}{numbers[stem]}" in taken:
+                numbers[stem] += 1
+            names[placeholder] = _fresh(f"{stem}{numbers[stem]}", taken)
         return names
 
 
@@ -792,10 +844,7 @@ class SelectTranslator:
         self._inline_from()
 
     def _define_ctes(self) -> None:
-        with_ = self.select.args.get("with_")
-        for cte in (with_.expressions if with_ else []):
-            # A CTE sees the CTEs defined before it.
-            self.ctes[cte.alias_or_name.lower()] = (cte, dict(self.ctes))
+        define_ctes(self.select, self.ctes)
 
     # -- FROM --------------------------------------------------------------------------------------
 
@@ -823,6 +872,8 @@ class SelectTranslator:
             self._add_table(node)
         elif isinstance(node, exp.Subquery) and isinstance(node.this, exp.Select):
             self._add_derived(node.this, node.alias_or_name, _alias_columns(node), node)
+        elif isinstance(node, exp.Subquery) and isinstance(node.this, exp.SetOperation):
+            self._add_derived_union(node.this, node.alias_or_name, _alias_columns(node), node)
         elif isinstance(node, exp.Subquery) and isinstance(node.this, (exp.Table, exp.Subquery)):
             self._add_source(node.this)  # a parenthesized join
         else:
@@ -838,10 +889,13 @@ class SelectTranslator:
         cte = self.ctes.get(table.name.lower()) if not table.db else None
         if cte is not None:
             definition, visible_ctes = cte
-            if not isinstance(definition.this, exp.Select):
-                raise self.source.unsupported(f"CTE {definition.alias_or_name} that is not a SELECT", definition)
             column_aliases = _alias_columns(table) or _alias_columns(definition)
-            self._add_derived(definition.this, alias, column_aliases, table, visible_ctes)
+            if isinstance(definition.this, exp.SetOperation):
+                self._add_derived_union(definition.this, alias, column_aliases, table, visible_ctes)
+            elif isinstance(definition.this, exp.Select):
+                self._add_derived(definition.this, alias, column_aliases, table, visible_ctes)
+            else:
+                raise self.source.unsupported(f"CTE {definition.alias_or_name} that is not a SELECT", definition)
         else:
             self._add_base_table(table, alias)
         for join in table.args.get("joins") or []:
@@ -878,16 +932,42 @@ class SelectTranslator:
         self.scope.items.append(FromItem(alias.lower(), columns, inner.scope.relations(), inner.scope.factors(),
                                          self.translation.names))
 
-    def inlined_outputs(self) -> list[tuple[str, Expr]]:
-        """The select list of a derived table or CTE inlined into the query: (name, value) per column."""
-        for clause, construct, keyword in (("group", "aggregate in a derived table", "GROUP"),
-                                           ("having", "aggregate in a derived table", "HAVING"),
-                                           ("limit", "LIMIT in a derived table", "LIMIT"),
-                                           ("offset", "OFFSET in a derived table", "OFFSET")):
+    def _add_derived_union(self, union: exp.SetOperation, alias: str, column_aliases: list[str],
+                           node: exp.Expression, ctes: Mapping[str, tuple] | None = None) -> None:
+        """A UNION ALL as a FROM item: the sum of its operands' bodies, each lifting the item's column
+        variables to its own select list. Other set operations are not sums, so not inlined."""
+        ctes = dict(self.ctes if ctes is None else ctes)
+        define_ctes(union, ctes)
+        operands = union_all_operands(self.source, union, "in a derived table")
+        sides = []
+        for operand in operands:
+            inner = SelectTranslator(self.translation, operand, ctes)
+            sides.append((inner, inner.inlined_outputs()))
+        names = [name for name, _ in sides[0][1]]
+        check_widths(self.source, union, [len(outputs) for _, outputs in sides])
+        if column_aliases:
+            if len(column_aliases) != len(names):
+                raise self.source.unsupported(
+                    f"{len(column_aliases)} column aliases for {len(names)} columns of {alias}", node)
+            names = column_aliases
+        alias = alias.lower()
+        columns = [SourceColumn(name, var=self.translation.names.for_column(alias, name)) for name in names]
+        body = sum_(*(prod(*inner.scope.relations(), *inner.scope.factors(),
+                           *(lift(column.var, value) for column, (_, value) in zip(columns, outputs)))
+                      for inner, outputs in sides))
+        self.scope.items.append(FromItem(alias, columns, [], [body], self.translation.names))
+
+    def inlined_outputs(self, context: str = "a derived table", distinct: bool = False) -> list[tuple[str, Expr]]:
+        """The select list of a derived table, CTE or set operand inlined into the query: (name, value)
+        per column. SELECT DISTINCT is refused unless `distinct` (the caller reads it)."""
+        for clause, construct, keyword in (("group", "aggregate", "GROUP"), ("having", "aggregate", "HAVING"),
+                                           ("limit", "LIMIT", "LIMIT"), ("offset", "OFFSET", "OFFSET")):
             if self.select.args.get(clause) is not None:
-                raise self.source.unsupported(construct, self.select.args[clause], keyword)
+                raise self.source.unsupported(f"{construct} in {context}", self.select.args[clause], keyword)
+        if self.select.args.get("distinct") is not None and not distinct:
+            raise self.source.unsupported(f"SELECT DISTINCT in {context}", self.select, "DISTINCT", where="inside")
         for node in self.select.expressions:
-            reject_aggregates(self.source, node, "aggregate in a derived table")
+            reject_aggregates(self.source, node, f"aggregate in {context}")
         return [(item.name, self.item_value(item)) for item in self.select_items()]
 
     # -- select list -------------------------------------------------------------------------------
@@ -919,6 +999,49 @@ class SelectTranslator:
             except UnknownColumnError:
                 return node.name  # reported when the column is translated
         return spark_auto_name(node)
+
+
+def define_ctes(query: exp.Query, ctes: dict[str, tuple]) -> None:
+    """Add the CTEs of a query's WITH to `ctes`: name → (definition, the CTEs it sees)."""
+    with_ = query.args.get("with_")
+    for cte in (with_.expressions if with_ else []):
+        # A CTE sees the CTEs defined before it.
+        ctes[cte.alias_or_name.lower()] = (cte, dict(ctes))
+
+
+def _unwrapped(node: exp.Expression) -> exp.Expression:
+    while isinstance(node, exp.Subquery) and isinstance(node.this, exp.Query) and not node.alias:
+        node = node.this
+    return node
+
+
+def union_all_operands(source: SqlSource, union: exp.SetOperation, context: str) -> list[exp.Select]:
+    """The SELECTs of a chain of UNION ALLs, in order; any other set operation is refused."""
+    node = _unwrapped(union)
+    if isinstance(node, exp.Select):
+        return [node]
+    if not (isinstance(node, exp.Union) and node.args.get("distinct") is False):
+        name = set_operation_name(node) if isinstance(node, exp.SetOperation) else node.key.upper()
+        keyword = name.split()[0]
+        raise source.unsupported(f"{name} {context}", node, keyword, where="inside")
+    reject_set_operation_clauses(source, node, context)
+    return (union_all_operands(source, node.this, context)
+            + union_all_operands(source, node.expression, context))
+
+
+def reject_set_operation_clauses(source: SqlSource, node: exp.SetOperation, context: str) -> None:
+    """LIMIT and OFFSET of an inner set operation pick rows; its ORDER BY alone changes nothing."""
+    for clause, construct, keyword in (("limit", "LIMIT", "LIMIT"), ("offset", "OFFSET", "OFFSET")):
+        if node.args.get(clause) is not None:
+            raise source.unsupported(f"{construct} of a set operation {context}", node.args[clause], keyword)
+
+
+def check_widths(source: SqlSource, node: exp.SetOperation, widths: list[int]) -> None:
+    if len(set(widths)) > 1:
+        raise source.unsupported(
+            f"{set_operation_name(node)} of SELECTs with {widths[0]} and "
+            f"{next(w for w in widths if w != widths[0])} columns", node,
+            set_operation_name(node).split()[0], where="inside")
 
 
 def _star_qualifier(node: exp.Expression) -> str | None:
@@ -967,18 +1090,33 @@ def spark_auto_name(node: exp.Expression) -> str:
 # Aggregates
 
 
+# The name stem of each aggregate read from a multiset of values, as `min_1`, `cntd_2`…
+_REDUCED_STEMS = {"min": "min", "max": "max", "count_distinct": "cntd", "sum_distinct": "sumd",
+                  "avg_distinct": "avgd"}
+
+
 class Aggregates:
-    """The sums and non-NULL counts the view's columns ask for, named once the body is known."""
+    """The sums, non-NULL counts and multisets of values the view's columns ask for, named once the
+    body is known. Every value is numbered once: SUM(a), AVG(a), MIN(a) are `sum_1`, `nn_1`, `min_1`."""
 
     def __init__(self):
         self.arguments: list[Expr] = []
         self._wanted: dict[Expr, set[str]] = {}
+        self._value_variables: dict[Expr, tuple[str, bool]] = {}  # value → (variable, bound by a lift)
 
     def sum(self, value: Expr, register: bool = True) -> tuple[str, str]:
         return self._ask(value, "sum", register), self._ask(value, "nn", register)
 
     def non_null_count(self, value: Expr, register: bool = True) -> str:
         return self._ask(value, "nn", register)
+
+    def reduced(self, value: Expr, reduce: str, register: bool, variable: Callable[[], tuple[str, bool]]) -> str:
+        """An aggregate read as `reduce` over the multiset of the value per group; `variable` gives the
+        variable the multiset is keyed by, and whether a lift binds it to the value."""
+        name = self._ask(value, reduce, register)
+        if value not in self._value_variables:
+            self._value_variables[value] = variable()
+        return name
 
     def _ask(self, value: Expr, kind: str, register: bool) -> str:
         if value not in self._wanted:
@@ -1001,23 +1139,29 @@ class Aggregates:
         """The aggregates in order (row count first) and each placeholder's final name; an aggregate
         whose definition equals an earlier one is that one."""
         aggregates = [Aggregate(ROW_COUNT, aggsum(keys, body))]
-        name_of = {aggregates[0].definition: ROW_COUNT}
+        name_of: dict[tuple[Expr, str | None], str] = {(aggregates[0].definition, None): ROW_COUNT}
         names: dict[str, str] = {}
         number = 0
         for value in self.arguments:
             final_value = rename(value, variable_names)
-            candidates = []
+            candidates = []  # (kind, definition, value keys, reduce)
             for kind in ("sum", "nn"):
                 if kind in self._wanted[value]:
                     factor = final_value if kind == "sum" else is_not_null(final_value)
-                    candidates.append((kind, aggsum(keys, prod(body, factor))))
-            if any(d not in name_of for _, d in candidates):
+                    candidates.append((kind, aggsum(keys, prod(body, factor)), (), None))
+            for reduce in _REDUCED_STEMS:
+                if reduce in self._wanted[value]:
+                    variable, lifted = self._value_variables[value]
+                    x = variable_names[variable]
+                    multiset = aggsum(keys + (x,), prod(body, lift(x, final_value)) if lifted else body)
+                    candidates.append((_REDUCED_STEMS[reduce], multiset, (x,), reduce))
+            if any((d, r) not in name_of for _, d, _, r in candidates):
                 number += 1
-            for kind, definition in candidates:
-                if definition not in name_of:
-                    name_of[definition] = f"{kind}_{number}"
-                    aggregates.append(Aggregate(name_of[definition], definition))
-                names[self.placeholder(value, kind)] = name_of[definition]
+            for kind, definition, value_keys, reduce in candidates:
+                if (definition, reduce) not in name_of:
+                    name_of[definition, reduce] = f"{kind}_{number}"
+                    aggregates.append(Aggregate(name_of[definition, reduce], definition, value_keys, reduce))
+                names[self.placeholder(value, reduce or kind)] = name_of[definition, reduce]
         return aggregates, names
 
 
@@ -1032,10 +1176,11 @@ def _quoted(name: str) -> exp.Column:
 class ViewTranslator:
     """The top SELECT: group keys, aggregates, output columns, HAVING, ORDER BY and LIMIT."""
 
-    def __init__(self, translation: Translation, select: exp.Select):
+    def __init__(self, translation: Translation, select: exp.Select, ignore_group: bool = False):
         self.translation = translation
         self.source = translation.source
         self.select = select
+        self.ignore_group = ignore_group  # SELECT DISTINCT of group keys only: the GROUP BY changes nothing
         self.from_ = SelectTranslator(translation, select)
         self.values = self.from_.values
         self.items = self.from_.select_items()
@@ -1046,17 +1191,33 @@ class ViewTranslator:
         self.aliases: dict[str, exp.Expression] = {}  # select alias → its rewritten SQL, for HAVING
 
     def view(self) -> ViewQuery:
-        grouped = self._is_grouped()
+        grouped = self._is_grouped() and not self.ignore_group
+        distinct = self.select.args.get("distinct") is not None
         if grouped:
             self._group_keys()
             outputs = [(item.name, self._rewrite_item(item)) for item in self.items]
         else:
             outputs = [(item.name, _quoted(self._add_key(self.from_.item_value(item)))) for item in self.items]
+        if grouped and distinct and not self._rows_are_distinct(outputs):
+            if self._has_aggregates() or self.select.args.get("having") is not None:
+                raise self.source.unsupported("SELECT DISTINCT over aggregates", self.select, "DISTINCT",
+                                              where="inside", detail="the select list leaves out a group key")
+            # Only group keys: the distinct rows are those of the select list over the ungrouped rows.
+            return ViewTranslator(Translation(self.source, self.translation.catalog), self.select, True).view()
         self.aliases = {name.lower(): tree for (name, tree), item in zip(outputs, self.items) if item.aliased}
         having = self.select.args.get("having")
         having_tree = self.rewrite(having.this, use_aliases=True) if having is not None else None
         order_by = self._order_by(outputs)
-        return self._finish(outputs, having_tree, order_by, bag=not grouped)
+        return self._finish(outputs, having_tree, order_by, bag=not grouped, distinct=distinct and not grouped)
+
+    def _rows_are_distinct(self, outputs: list[tuple[str, exp.Expression]]) -> bool:
+        """Whether every group key is an output column, so that groups have different rows."""
+        shown = {tree.name for _, tree in outputs if isinstance(tree, exp.Column) and not tree.table}
+        return set(self.keys) <= shown
+
+    def _has_aggregates(self) -> bool:
+        nodes = [item.node for item in self.items if item.node is not None] + [self.select.args.get("having")]
+        return any(_first_aggregate(node) is not None for node in nodes if node is not None)
 
     def _is_grouped(self) -> bool:
         having = self.select.args.get("having")
@@ -1153,6 +1314,8 @@ class ViewTranslator:
 
     def _aggregate_sql(self, call: exp.AggFunc, register: bool) -> exp.Expression:
         try:
+            if isinstance(call, (exp.Min, exp.Max)) or isinstance(call.this, exp.Distinct):
+                return self._reduced_sql(call, register)
             if isinstance(call, exp.Count):
                 return self._count_sql(call, register)
             argument = self._argument(call.this)
@@ -1167,6 +1330,31 @@ class ViewTranslator:
         # SUM over no non-NULL value is NULL, not 0.
         return exp.Case(ifs=[exp.If(this=exp.EQ(this=_quoted(non_null_name), expression=exp.Literal.number(0)),
                                     true=exp.Null())], default=_quoted(sum_name))
+
+    def _reduced_sql(self, call: exp.AggFunc, register: bool) -> exp.Expression:
+        """MIN, MAX and the DISTINCT aggregates are read from the multiset of the value per group."""
+        node = call.this
+        if isinstance(node, exp.Distinct):
+            if len(node.expressions) != 1:
+                name = self.source.function_name(call).upper()
+                raise self.source.unsupported(f"{name}(DISTINCT) of several expressions", call)
+            node = node.expressions[0]
+        if isinstance(call, exp.Count) and call.expressions:
+            raise self.source.unsupported("COUNT of several expressions", call)
+        reduce = ("min" if isinstance(call, exp.Min) else "max" if isinstance(call, exp.Max)
+                  else "count_distinct" if isinstance(call, exp.Count)
+                  else "sum_distinct" if isinstance(call, exp.Sum) else "avg_distinct")
+        argument = self._argument(node)
+        if is_not_null(argument) == ZERO:
+            return exp.Literal.number(0) if reduce == "count_distinct" else exp.Null()
+        return _quoted(self.aggregates.reduced(argument, reduce, register, lambda: self._value_variable(argument)))
+
+    def _value_variable(self, value: Expr) -> tuple[str, bool]:
+        """The variable a multiset of the value is keyed by: the value's own variable when it is a
+        column that is not a group key, else a fresh one bound by a lift."""
+        if isinstance(value, Var) and value.name not in self.keys:
+            return value.name, False
+        return self.translation.names.generated("x"), True
 
     def _count_sql(self, call: exp.Count, register: bool) -> exp.Expression:
         if call.expressions:
@@ -1218,21 +1406,10 @@ class ViewTranslator:
             raise self.source.unsupported("ORDER BY an expression that is not in the select list", node)
         return tree
 
-    def _limit(self) -> int | None:
-        if self.select.args.get("offset") is not None:
-            raise self.source.unsupported("OFFSET", self.select.args["offset"], "OFFSET")
-        limit = self.select.args.get("limit")
-        if limit is None:
-            return None
-        count = limit.expression
-        if not (isinstance(count, exp.Literal) and not count.is_string and re.fullmatch(r"\d+", count.this)):
-            raise self.source.unsupported("LIMIT that is not a whole number", limit, "LIMIT")
-        return int(count.this)
-
     # -- settling names ----------------------------------------------------------------------------
 
-    def _finish(self, outputs, having_tree, order_by, bag: bool) -> ViewQuery:
-        limit = self._limit()
+    def _finish(self, outputs, having_tree, order_by, bag: bool, distinct: bool) -> ViewQuery:
+        limit = limit_of(self.source, self.select)
         scope = self.from_.scope
         body = prod(*scope.relations(), *scope.factors(), *self.key_lifts)
         variable_names = self.translation.names.final_names()
@@ -1250,7 +1427,187 @@ class ViewTranslator:
             limit=limit,
             bag=bag,
             relations=tuple(dict.fromkeys(self.translation.relations)),
+            distinct=distinct,
         )
+
+
+# ---------------------------------------------------------------------------------------------------
+# A set operation as the view: counts of each row in its operands and the multiplicity they give
+
+
+@dataclass
+class _Count:
+    """The number of copies of a row in a sum of operands: one aggregate, the AggSum of their bodies."""
+
+    bodies: list[Expr]
+
+
+@dataclass
+class _Combined:
+    """A multiplicity computed from others when the view is read: `template` formats their SQL."""
+
+    template: str
+    parts: list["_Count | _Combined"]
+
+
+def _added(terms: list[_Count | _Combined]) -> _Count | _Combined:
+    """The sum of multiplicities; the counts among them are added as one aggregate (a calculus Sum)."""
+    merged = _Count([b for t in terms if isinstance(t, _Count) for b in t.bodies])
+    parts: list[_Count | _Combined] = []
+    for t in terms:  # the merged count where the first count stands, so that names go left to right
+        if not isinstance(t, _Count):
+            parts.append(t)
+        elif all(p is not merged for p in parts):
+            parts.append(merged)
+    if len(parts) == 1:
+        return parts[0]
+    return _Combined("(" + " + ".join(f"{{{i}}}" for i in range(len(parts))) + ")", parts)
+
+
+def _nonzero(term: _Count | _Combined) -> _Combined:
+    return _Combined("CASE WHEN {0} > 0 THEN 1 ELSE 0 END", [term])
+
+
+class SetOperationTranslator:
+    """UNION [ALL], EXCEPT [ALL] and INTERSECT [ALL] of SELECTs as the view query.
+
+    The keys are fresh variables `u1`…`un`, one per output column; each operand's body lifts them to
+    its select list, so rows compare NULL-safely as set operations do. A sum of operands (UNION ALL)
+    is one count; EXCEPT, INTERSECT and DISTINCT are not sums, so each of their operands is a count of
+    its own (`count`, `count_r`, `count_r2`… from left to right) and the view's multiplicity combines
+    them: GREATEST(`count` - `count_r`, 0) for EXCEPT ALL, LEAST(…) for INTERSECT ALL. The distinct
+    kinds only tell whether a row is present; the view then holds each present row once."""
+
+    def __init__(self, translation: Translation, node: exp.SetOperation):
+        self.translation = translation
+        self.source = translation.source
+        self.node = node
+        self.ctes: dict[str, tuple] = {}
+        define_ctes(node, self.ctes)
+        self.keys: list[str] = []
+        self.names: list[str] = []
+        self.widths: list[int] = []
+
+    def view(self) -> ViewQuery:
+        distinct = self.node.args.get("distinct") is not False
+        term = self._term(self.node, exact=not distinct)
+        check_widths(self.source, self.node, self.widths)
+        counts: list[tuple[str, list[Expr]]] = []
+        multiplicity = self._render(term, counts) if isinstance(term, _Combined) else None
+        if multiplicity is None:
+            counts.append((ROW_COUNT, term.bodies))
+        variable_names = self.translation.names.final_names()
+        keys = tuple(variable_names[k] for k in self.keys)
+        aggregates = tuple(Aggregate(name, aggsum(keys, rename(sum_(*bodies), variable_names)))
+                           for name, bodies in counts)
+        return ViewQuery(
+            sql=self.source.text,
+            keys=keys,
+            aggregates=aggregates,
+            columns=tuple(OutputColumn(name, _quoted(key).sql(dialect=DIALECT))
+                          for name, key in zip(self.names, keys)),
+            order_by=self._order_by(),
+            limit=limit_of(self.source, self.node),
+            bag=True,
+            relations=tuple(dict.fromkeys(self.translation.relations)),
+            multiplicity=multiplicity or f"`{ROW_COUNT}`",
+            distinct=distinct,
+        )
+
+    def _term(self, node: exp.Expression, exact: bool) -> _Count | _Combined:
+        """The multiplicity of a row in the operand; when not `exact`, only whether it is positive counts."""
+        node = _unwrapped(node)
+        if isinstance(node, exp.Select):
+            count = self._operand(node)
+            return _nonzero(count) if node.args.get("distinct") is not None and exact else count
+        if not isinstance(node, exp.SetOperation):
+            raise self.source.unsupported(f"{node.key.upper()} as an operand of a set operation", node)
+        if node is not self.node:
+            reject_set_operation_clauses(self.source, node, "inside another")
+        all_rows = node.args.get("distinct") is False
+        operands = self._chain(node)
+        terms = [self._term(operand, exact=all_rows) for operand in operands]
+        if isinstance(node, exp.Union):
+            total = _added(terms)
+            return _nonzero(total) if exact and not all_rows else total
+        if isinstance(node, exp.Except):
+            # (A EXCEPT B) EXCEPT C is A EXCEPT (B UNION C), with or without ALL.
+            removed = _added(terms[1:])
+            if all_rows:
+                return _Combined("GREATEST({0} - {1}, 0)", [terms[0], removed])
+            return _Combined("CASE WHEN {0} > 0 AND {1} = 0 THEN 1 ELSE 0 END", [terms[0], removed])
+        if isinstance(node, exp.Intersect):
+            if all_rows:
+                return _Combined(f"LEAST({', '.join(f'{{{i}}}' for i in range(len(terms)))})", terms)
+            tests = " AND ".join(f"{{{i}}} > 0" for i in range(len(terms)))
+            return _Combined(f"CASE WHEN {tests} THEN 1 ELSE 0 END", terms)
+        name = set_operation_name(node)
+        raise self.source.unsupported(name, node, name.split()[0], where="inside")
+
+    @staticmethod
+    def _chain(node: exp.SetOperation) -> list[exp.Expression]:
+        """The operands of a left-associated chain of one kind of set operation: A op B op C."""
+        same = (type(node), node.args.get("distinct"))
+        left = _unwrapped(node.this)
+        if (isinstance(left, exp.SetOperation) and (type(left), left.args.get("distinct")) == same
+                and not any(left.args.get(c) for c in ("limit", "offset"))):
+            return SetOperationTranslator._chain(left) + [node.expression]
+        return [node.this, node.expression]
+
+    def _operand(self, select: exp.Select) -> _Count:
+        inner = SelectTranslator(self.translation, select, self.ctes)
+        outputs = inner.inlined_outputs("a set operation", distinct=True)
+        if not self.widths:
+            self.names = [name for name, _ in outputs]
+            self.keys = [self.translation.names.generated("u") for _ in outputs]
+        self.widths.append(len(outputs))
+        lifts = [lift(key, value) for key, (_, value) in zip(self.keys, outputs)]
+        return _Count([prod(*inner.scope.relations(), *inner.scope.factors(), *lifts)])
+
+    def _render(self, term: _Count | _Combined, counts: list[tuple[str, list[Expr]]]) -> str:
+        if isinstance(term, _Count):
+            name = ROW_COUNT if not counts else f"{ROW_COUNT}_r{len(counts) if len(counts) > 1 else ''}"
+            counts.append((name, term.bodies))
+            return f"`{name}`"
+        return term.template.format(*(self._render(part, counts) for part in term.parts))
+
+    def _order_by(self) -> tuple[str, ...]:
+        """ORDER BY output columns: by position, by name, or expressions of names."""
+        order = self.node.args.get("order")
+        sorts = []
+        for ordered in (order.expressions if order is not None else []):
+            reject_aggregates(self.source, ordered.this, "aggregate in ORDER BY of a set operation")
+            target = ordered.this
+            if isinstance(target, exp.Literal) and not target.is_string and re.fullmatch(r"\d+", target.this):
+                position = int(target.this)
+                if not 1 <= position <= len(self.names):
+                    raise self.source.unsupported(f"position {position} that is not in the select list", target)
+                target = _quoted(self.names[position - 1])
+            else:
+                target = target.transform(self._output_column)
+            sorts.append(exp.Ordered(this=target, desc=ordered.args.get("desc"),
+                                     nulls_first=ordered.args.get("nulls_first")).sql(dialect=DIALECT))
+        return tuple(sorts)
+
+    def _output_column(self, node: exp.Expression) -> exp.Expression:
+        if not isinstance(node, exp.Column):
+            return node
+        named = [n for n in self.names if n.lower() == node.name.lower()] if not node.table else []
+        if not named:
+            raise self.source.unsupported("ORDER BY an expression that is not in the select list", node)
+        return _quoted(named[0])
+
+
+def limit_of(source: SqlSource, query: exp.Query) -> int | None:
+    if query.args.get("offset") is not None:
+        raise source.unsupported("OFFSET", query.args["offset"], "OFFSET")
+    limit = query.args.get("limit")
+    if limit is None:
+        return None
+    count = limit.expression
+    if not (isinstance(count, exp.Literal) and not count.is_string and re.fullmatch(r"\d+", count.this)):
+        raise source.unsupported("LIMIT that is not a whole number", limit, "LIMIT")
+    return int(count.this)
 
 
 def _render(tree: exp.Expression, names: Mapping[str, str]) -> str:

@@ -53,4 +53,13 @@ QUERIES = [
     "SELECT SUM(a) FROM R WHERE a = b",
     "SELECT b, SUM(a) - COUNT(*) FROM R GROUP BY b",
     "SELECT S.c, COUNT(*) FROM R, S WHERE R.b = S.b OR R.a = S.c GROUP BY S.c",
+    # bag operators and aggregates kept as multisets of values
+    "SELECT DISTINCT R.b, S.c FROM R JOIN S ON R.b = S.b",
+    "SELECT b, MIN(a) FROM R GROUP BY b",
+    "SELECT S.c, MAX(R.a), COUNT(*) FROM R, S WHERE R.b = S.b GROUP BY S.c",
+    "SELECT b, COUNT(DISTINCT a) FROM R GROUP BY b",
+    "SELECT a FROM R UNION ALL SELECT c FROM S",
+    "SELECT a, b FROM R UNION SELECT b, c FROM S",
+    "SELECT b FROM R EXCEPT ALL SELECT b FROM S",
+    "SELECT R.b FROM R, S WHERE R.a = S.c INTERSECT SELECT c FROM T",
 ]

@@ -3,6 +3,7 @@ and duplicate rows (checked against sqlite3 running the same query), and the err
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import sqlite3
 from collections import Counter
@@ -221,15 +222,40 @@ def test_functions_the_front_end_emits_have_reference_implementations():
 
 
 def maintained_groups(query: ViewQuery, db: Database) -> dict[tuple, dict[str, object]]:
-    """Per group key, every aggregate's value from the reference evaluator; dead groups dropped."""
+    """Per group key, every aggregate's value from the reference evaluator: the sums as evaluated, the
+    aggregates kept as a multiset of values reduced here as the runtime reads them. Groups without a
+    sum are dead; whether the others are live is the view's multiplicity."""
     groups: dict[tuple, dict[str, object]] = {}
+    multisets: dict[tuple, list] = {}
     for aggregate in query.aggregates:
         for bindings, value in evaluate(aggregate.definition, db).items():
             values = dict(bindings)
-            groups.setdefault(tuple(values[k] for k in query.keys), {})[aggregate.name] = value
+            key = tuple(values[k] for k in query.keys)
+            if aggregate.reduce is None:
+                groups.setdefault(key, {})[aggregate.name] = value
+            else:
+                assert value > 0, f"multiplicity {value} of a value of {aggregate.name}"
+                multisets.setdefault((key, aggregate.name), []).append(values[aggregate.value_keys[0]])
     if not query.keys:
         groups.setdefault((), {})  # a global aggregate has its one row even over no input
-    return {k: v for k, v in groups.items() if v.get(ROW_COUNT, 0) != 0 or not query.keys}
+    assert {key for key, _ in multisets} <= set(groups), "a multiset of values in a group without rows"
+    for key, aggregates in groups.items():
+        for aggregate in query.aggregates:
+            if aggregate.reduce is not None:
+                aggregates[aggregate.name] = reduced(aggregate.reduce, multisets.get((key, aggregate.name), []))
+    return groups
+
+
+def reduced(reduce: str, values: list):
+    """MIN, MAX, COUNT, SUM or AVG of the distinct values (those of positive multiplicity), NULLs ignored."""
+    present = [v for v in values if v is not None]
+    assert len(set(present)) == len(present)
+    if reduce == "count_distinct":
+        return len(present)
+    if not present:
+        return None
+    return {"min": min, "max": max, "sum_distinct": sum,
+            "avg_distinct": lambda vs: sum(vs) / len(vs)}[reduce](present)
 
 
 def sqlite_with(rows=ROWS) -> sqlite3.Connection:
@@ -246,15 +272,23 @@ def to_sqlite(spark_sql: str) -> str:
 
 
 def view_rows(query: ViewQuery, db: Database) -> list[tuple]:
-    """The view's rows: the maintained groups put in a table and read with the view's own SQL."""
+    """The view's rows: the maintained groups put in a table, the live ones (positive multiplicity)
+    copied as many times as the multiplicity says (once when distinct), read with the view's own SQL."""
     names = list(query.keys) + [a.name for a in query.aggregates]
+    columns = ", ".join(f"`{n}`" for n in names)
     view = sqlite3.connect(":memory:")
-    view.execute(f"CREATE TABLE v ({', '.join(f'`{n}`' for n in names)})")
+    view.execute(f"CREATE TABLE g ({columns})")
+    view.execute(f"CREATE TABLE v ({columns})")
     for key, aggregates in maintained_groups(query, db).items():
         row = [_plain(v) for v in key] + [_plain(aggregates.get(a.name, 0)) for a in query.aggregates]
-        copies = aggregates[ROW_COUNT] if query.bag else 1
-        assert copies > 0, f"negative multiplicity {copies} for {key}"
-        view.executemany(f"INSERT INTO v VALUES ({', '.join('?' * len(row))})", [row] * copies)
+        assert all(aggregates.get(a.name, 0) >= 0 for a in query.aggregates if a.name.startswith(ROW_COUNT))
+        view.execute(f"INSERT INTO g VALUES ({', '.join('?' * len(row))})", row)
+    for *row, multiplicity in view.execute(to_sqlite(f"SELECT {columns}, {query.multiplicity} FROM g")).fetchall():
+        if query.keys and not multiplicity > 0:
+            continue  # a dead group; a global aggregate has its row whatever the count
+        copies = multiplicity if query.bag and not query.distinct else 1
+        assert copies == int(copies)
+        view.executemany(f"INSERT INTO v VALUES ({', '.join('?' * len(row))})", [row] * int(copies))
     sql = f"SELECT {', '.join(f'{c.sql} AS `{c.name}`' for c in query.columns)} FROM v"
     if query.having:
         sql += f" WHERE {query.having}"
@@ -445,6 +479,305 @@ def test_casts_to_decimal_and_string():
 
 
 # ---------------------------------------------------------------------------------------------------
+# SELECT DISTINCT, MIN, MAX and DISTINCT aggregates
+
+
+def test_select_distinct_is_a_bag_of_its_columns_read_once():
+    q = translate("SELECT DISTINCT a, b + 1 FROM R WHERE a > 1", SCHEMAS)
+    assert (q.bag, q.distinct, q.multiplicity, q.keys) == (True, True, "`count`", ("a", "g1"))
+    assert str(q.aggregates[0].definition) == "AggSum([a, g1], R(a, b) * {a > 1} * (g1 ^= {b + 1}))"
+    assert q.explain().splitlines()[2] == "multiplicity `count` (distinct)"
+
+
+def test_select_distinct_of_group_keys_drops_the_group_by():
+    q = translate("SELECT DISTINCT b FROM R GROUP BY a, b ORDER BY b", SCHEMAS)
+    assert (q.bag, q.distinct, q.keys, q.order_by) == (True, True, ("b",), ("`B`",))
+    assert str(q.aggregates[0].definition) == "AggSum([b], R(a, b))"
+
+
+def test_select_distinct_over_groups_that_are_all_shown_changes_nothing():
+    q = translate("SELECT DISTINCT b, a, COUNT(*) FROM R GROUP BY a, b", SCHEMAS)
+    assert q == dataclasses.replace(translate("SELECT b, a, COUNT(*) FROM R GROUP BY a, b", SCHEMAS), sql=q.sql)
+    assert not q.bag and not q.distinct
+
+
+def test_min_max_and_distinct_aggregates_keep_the_multiset_of_their_value():
+    q = translate("SELECT b, MIN(a), MAX(a) AS m, COUNT(DISTINCT a), SUM(DISTINCT a * 2), AVG(DISTINCT a * 2), "
+                  "SUM(a), MAX(b) FROM R GROUP BY b HAVING MIN(a) > 0 ORDER BY m", SCHEMAS)
+    assert q.explain() == "\n".join([
+        "keys: [b]",
+        "count := AggSum([b], R(a, b))",
+        "sum_1 := AggSum([b], R(a, b) * a)",
+        "nn_1 := AggSum([b], R(a, b) * {a IS NOT NULL})",
+        "min_1 := AggSum([b, a], R(a, b))  -- read as min(a) over positive multiplicities",
+        "max_1 := AggSum([b, a], R(a, b))  -- read as max(a) over positive multiplicities",
+        "cntd_1 := AggSum([b, a], R(a, b))  -- read as count_distinct(a) over positive multiplicities",
+        "sumd_2 := AggSum([b, x1], R(a, b) * (x1 ^= {2 * a}))  -- read as sum_distinct(x1) over positive "
+        "multiplicities",
+        "avgd_2 := AggSum([b, x1], R(a, b) * (x1 ^= {2 * a}))  -- read as avg_distinct(x1) over positive "
+        "multiplicities",
+        "max_3 := AggSum([b, x2], R(a, b) * (x2 ^= b))  -- read as max(x2) over positive multiplicities",
+        "column B = `b`",
+        "column min(a) = `min_1`",
+        "column m = `max_1`",
+        "column count(DISTINCT a) = `cntd_1`",
+        "column sum(DISTINCT a * 2) = `sumd_2`",
+        "column avg(DISTINCT a * 2) = `avgd_2`",
+        "column sum(a) = CASE WHEN `nn_1` = 0 THEN NULL ELSE `sum_1` END",
+        "column max(b) = `max_3`",
+        "having `min_1` > 0",
+        "order by `m`",
+    ])
+    assert [(a.value_keys, a.reduce) for a in q.aggregates if a.reduce] == [
+        (("a",), "min"), (("a",), "max"), (("a",), "count_distinct"), (("x1",), "sum_distinct"),
+        (("x1",), "avg_distinct"), (("x2",), "max")]
+
+
+def test_min_and_max_of_distinct_values_and_of_null():
+    q = translate("SELECT MIN(DISTINCT a), MAX(a), COUNT(DISTINCT NULL), SUM(DISTINCT NULL) FROM R", SCHEMAS)
+    assert [a.name for a in q.aggregates] == ["count", "min_1", "max_1"]
+    assert [c.sql for c in q.columns] == ["`min_1`", "`max_1`", "0", "NULL"]
+
+
+def test_reduced_aggregates_of_a_computed_key_and_a_derived_column():
+    q = translate("SELECT a + 1, MAX(a + 1), MIN(y) FROM (SELECT a, b * 2 AS y FROM R) s GROUP BY a + 1", SCHEMAS)
+    assert [str(a.definition) for a in q.aggregates] == [
+        "AggSum([g1], R(a, b) * (y ^= {2 * b}) * (g1 ^= {a + 1}))",
+        "AggSum([g1, x1], R(a, b) * (y ^= {2 * b}) * (g1 ^= {a + 1}) * (x1 ^= {a + 1}))",
+        "AggSum([g1, y], R(a, b) * (y ^= {2 * b}) * (g1 ^= {a + 1}))"]
+
+
+def test_columns_named_like_reduced_aggregates_are_renamed():
+    q = translate("SELECT min_1, MAX(cntd_1) FROM t GROUP BY min_1", {"t": ["min_1", "cntd_1"]})
+    assert q.keys == ("t_min_1",) and q.aggregates[1].value_keys == ("t_cntd_1",)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Set operations
+
+
+def test_union_all_is_one_count_of_both_operands_lifted_to_the_output_keys():
+    q = translate("SELECT a, b FROM R WHERE a > 1 UNION ALL SELECT s.b, t.d FROM S s JOIN T t ON s.c = t.c",
+                  SCHEMAS)
+    assert q.explain() == "\n".join([
+        "keys: [u1, u2]",
+        "count := AggSum([u1, u2], R(a, r_b) * {a > 1} * (u1 ^= a) * (u2 ^= r_b) + "
+        "S(s_b, s_c) * T(t_c, d) * {s_c = t_c} * (u1 ^= s_b) * (u2 ^= d))",
+        "column A = `u1`",
+        "column B = `u2`",
+    ])
+    assert (q.bag, q.distinct, q.relations) == (True, False, ("R", "S", "T"))
+
+
+@pytest.mark.parametrize("operation, multiplicity, distinct", [
+    ("UNION", None, True),
+    ("EXCEPT ALL", "GREATEST(`count` - `count_r`, 0)", False),
+    ("EXCEPT", "CASE WHEN `count` > 0 AND `count_r` = 0 THEN 1 ELSE 0 END", True),
+    ("MINUS", "CASE WHEN `count` > 0 AND `count_r` = 0 THEN 1 ELSE 0 END", True),
+    ("INTERSECT ALL", "LEAST(`count`, `count_r`)", False),
+    ("INTERSECT", "CASE WHEN `count` > 0 AND `count_r` > 0 THEN 1 ELSE 0 END", True),
+])
+def test_set_operations_count_each_operand_and_combine_the_counts(operation, multiplicity, distinct):
+    q = translate(f"SELECT a FROM R {operation} SELECT c FROM S", SCHEMAS)
+    assert (q.bag, q.distinct, q.keys) == (True, distinct, ("u1",))
+    if multiplicity is None:
+        assert q.multiplicity == "`count`"
+        assert [str(a.definition) for a in q.aggregates] == ["AggSum([u1], R(a, r_b) * (u1 ^= a) + S(s_b, c) * (u1 ^= c))"]
+    else:
+        assert q.multiplicity == multiplicity
+        assert [(a.name, str(a.definition)) for a in q.aggregates] == [
+            ("count", "AggSum([u1], R(a, r_b) * (u1 ^= a))"), ("count_r", "AggSum([u1], S(s_b, c) * (u1 ^= c))")]
+
+
+def test_chains_of_one_set_operation():
+    q = translate("SELECT a FROM R EXCEPT ALL SELECT b FROM S EXCEPT ALL SELECT c FROM T", SCHEMAS)
+    assert q.multiplicity == "GREATEST(`count` - `count_r`, 0)"
+    assert str(q.aggregates[1].definition) == "AggSum([u1], S(s_b, s_c) * (u1 ^= s_b) + T(t_c, d) * (u1 ^= t_c))"
+    q = translate("SELECT a FROM R INTERSECT SELECT b FROM S INTERSECT SELECT c FROM T", SCHEMAS)
+    assert q.multiplicity == "CASE WHEN `count` > 0 AND `count_r` > 0 AND `count_r2` > 0 THEN 1 ELSE 0 END"
+    q = translate("SELECT a FROM R UNION ALL SELECT b FROM S UNION ALL SELECT c FROM T", SCHEMAS)
+    assert [a.name for a in q.aggregates] == ["count"] and q.multiplicity == "`count`"
+
+
+def test_mixed_set_operations_combine_counts_left_to_right():
+    q = translate("SELECT DISTINCT a FROM R UNION ALL (SELECT b FROM S INTERSECT ALL SELECT c FROM T) "
+                  "EXCEPT ALL SELECT a FROM R", SCHEMAS)
+    assert q.multiplicity == (
+        "GREATEST((CASE WHEN `count` > 0 THEN 1 ELSE 0 END + LEAST(`count_r`, `count_r2`)) - `count_r3`, 0)")
+    assert not q.distinct
+    q = translate("SELECT a FROM R UNION SELECT b FROM S INTERSECT SELECT c FROM T", SCHEMAS)  # INTERSECT first
+    assert q.multiplicity == "(`count` + CASE WHEN `count_r` > 0 AND `count_r2` > 0 THEN 1 ELSE 0 END)"
+    assert q.distinct
+
+
+def test_set_operation_order_by_limit_and_ctes():
+    q = translate("WITH w AS (SELECT a AS x, b FROM R WHERE a > 0) "
+                  "SELECT * FROM w UNION ALL SELECT * FROM S ORDER BY 2 DESC, x + 1 LIMIT 3", SCHEMAS)
+    assert q.order_by == ("`B` DESC", "`x` + 1") and q.limit == 3
+    assert [c.name for c in q.columns] == ["x", "B"]
+    assert str(q.aggregates[0].definition) == (
+        "AggSum([u1, u2], R(a, r_b) * {a > 0} * (u1 ^= a) * (u2 ^= r_b) + S(s_b, c) * (u1 ^= s_b) * (u2 ^= c))")
+
+
+def test_union_all_in_a_derived_table_is_a_sum_factor():
+    q = translate("SELECT t.x, COUNT(*), MAX(r.a) FROM R r, (SELECT b AS x FROM S UNION ALL SELECT c FROM T "
+                  "WHERE d IS NOT NULL) t WHERE r.b = t.x GROUP BY t.x", SCHEMAS)
+    assert str(q.aggregates[0].definition) == (
+        "AggSum([x], R(a, r_b) * (S(s_b, s_c) * (x ^= s_b) + T(t_c, d) * {d IS NOT NULL} * (x ^= t_c)) * {r_b = x})")
+
+
+def test_union_all_cte_with_column_aliases():
+    q = translate("WITH u(k) AS (SELECT a FROM R UNION ALL SELECT b FROM S) SELECT k, COUNT(*) FROM u GROUP BY k",
+                  SCHEMAS)
+    assert str(q.aggregates[0].definition) == "AggSum([k], R(a, r_b) * (k ^= a) + S(s_b, c) * (k ^= s_b))"
+
+
+DISTINCT_AND_REDUCED_QUERIES = [
+    "SELECT DISTINCT a FROM R",
+    "SELECT DISTINCT a, b FROM R WHERE a IS NULL OR b > 1",
+    "SELECT DISTINCT * FROM R",
+    "SELECT DISTINCT r.b, s.c FROM R r JOIN S s ON r.b = s.b",
+    "SELECT DISTINCT a + b AS s, upper(t.d) FROM R r, T t WHERE r.a * 10 = t.c OR t.c IS NULL",
+    "SELECT DISTINCT b FROM R GROUP BY a, b",
+    "SELECT DISTINCT b, COUNT(*) FROM R GROUP BY b",
+    "SELECT DISTINCT COUNT(*) FROM R WHERE a > 100",
+    "SELECT DISTINCT cat FROM items WHERE qty > 100",
+    "SELECT b, MIN(a), MAX(a), COUNT(DISTINCT a), SUM(DISTINCT a), AVG(DISTINCT a) FROM R GROUP BY b",
+    "SELECT a, MIN(b), MAX(b), COUNT(DISTINCT b), COUNT(b), SUM(DISTINCT b), AVG(b) FROM R GROUP BY a",
+    "SELECT MIN(a), MAX(b), COUNT(DISTINCT b), SUM(DISTINCT a), AVG(DISTINCT b) FROM R WHERE a > 100",
+    "SELECT MIN(a), MAX(b), COUNT(DISTINCT b), SUM(DISTINCT a), AVG(DISTINCT b) FROM R",
+    "SELECT cat, MIN(price), MAX(name), COUNT(DISTINCT price), SUM(DISTINCT qty), AVG(DISTINCT price) "
+    "FROM items GROUP BY cat",
+    "SELECT b, MAX(b), MIN(b + a), COUNT(DISTINCT b), SUM(DISTINCT b) FROM R GROUP BY b",
+    "SELECT r.a, MAX(s.c), COUNT(DISTINCT s.c), SUM(s.c), MIN(s.c * r.b) FROM R r JOIN S s ON r.b = s.b GROUP BY r.a",
+    "SELECT b, MAX(a) - MIN(a) AS spread, COUNT(DISTINCT a) * 10 FROM R GROUP BY b HAVING MAX(a) > 1",
+    "SELECT COUNT(DISTINCT NULL), MIN(NULL), COUNT(*) FROM R",
+    "SELECT b, MIN(DISTINCT a), MAX(DISTINCT a) FROM R GROUP BY b",
+    "SELECT x, MAX(y), COUNT(DISTINCT y) FROM (SELECT a + 1 AS x, b * 2 AS y FROM R) s GROUP BY x",
+    "SELECT a % 2 AS parity, COUNT(DISTINCT b), MAX(b) FROM R GROUP BY a % 2",
+    "SELECT upper(name), MIN(qty), MAX(CASE WHEN price > 1 THEN name END) FROM items GROUP BY upper(name)",
+    "SELECT r1.a, COUNT(DISTINCT r2.b), MIN(r2.a) FROM R r1, R r2 WHERE r1.b = r2.a OR r2.a IS NULL GROUP BY r1.a",
+    "SELECT x, COUNT(*), SUM(y), MIN(y) FROM (SELECT a AS x, b AS y FROM R UNION ALL SELECT b, c FROM S "
+    "WHERE c > 10) t GROUP BY x",
+    "WITH u AS (SELECT a FROM R UNION ALL SELECT c FROM T) SELECT a, COUNT(*) FROM u GROUP BY a",
+    "SELECT COUNT(*), MAX(t.x) FROM R r, (SELECT b AS x FROM S UNION ALL SELECT c / 10 FROM T) t WHERE r.a = t.x",
+    "SELECT t.x FROM (SELECT a AS x FROM R UNION ALL SELECT b FROM S UNION ALL SELECT c / 10 FROM T) t WHERE t.x > 1",
+    "SELECT DISTINCT x FROM (SELECT a AS x FROM R UNION ALL SELECT b FROM S) t",
+]
+
+
+@pytest.mark.parametrize("sql", DISTINCT_AND_REDUCED_QUERIES)
+def test_distinct_and_reduced_view_rows_match_sqlite(sql):
+    query = translate(sql, SCHEMAS)
+    expected = sqlite_with().execute(to_sqlite(sql)).fetchall()
+    assert normalized(view_rows(query, database()), False) == normalized(expected, False)
+
+
+def set_operation_rows(sql: str) -> list[tuple]:
+    """The rows of a set operation by its definition over its operands' rows (sqlite has no EXCEPT ALL
+    nor INTERSECT ALL, and reads A UNION B INTERSECT C left to right): rows compare NULL-safely."""
+    tree = sqlglot.parse_one(sql, read="spark")
+    with_ = tree.args.get("with_")
+    prefix = with_.sql(dialect="spark") + " " if with_ is not None else ""
+    db = sqlite_with()
+
+    def bag(node) -> Counter:
+        while isinstance(node, sqlglot.exp.Subquery):
+            node = node.this
+        if isinstance(node, sqlglot.exp.Select):
+            rows = Counter(db.execute(to_sqlite(prefix + node.sql(dialect="spark"))).fetchall())
+            return Counter(set(rows)) if node.args.get("distinct") else rows
+        left, right = bag(node.this), bag(node.expression)
+        all_rows = node.args.get("distinct") is False
+        if not all_rows:
+            left, right = Counter(set(left)), Counter(set(right))
+        if isinstance(node, sqlglot.exp.Union):
+            out = left + right
+        elif isinstance(node, sqlglot.exp.Except):
+            out = left - right
+        else:
+            out = left & right
+        return out if all_rows else Counter(set(out))
+
+    return list(bag(tree).elements())
+
+
+SET_OPERATIONS = [
+    "SELECT a FROM R UNION ALL SELECT b FROM S",
+    "SELECT a, b FROM R UNION SELECT b, c / 10 FROM S",
+    "SELECT b FROM R EXCEPT ALL SELECT b FROM S",
+    "SELECT b FROM R EXCEPT SELECT b FROM S WHERE c > 10",
+    "SELECT b FROM R MINUS SELECT a FROM R WHERE b IS NOT NULL",
+    "SELECT b FROM R INTERSECT ALL SELECT b FROM S",
+    "SELECT b FROM R INTERSECT SELECT b FROM S",
+    "SELECT a, b FROM R INTERSECT ALL SELECT b, c / 10 FROM S",
+    "SELECT * FROM R EXCEPT ALL SELECT * FROM R WHERE a = 1",
+    "SELECT a FROM R UNION ALL SELECT b FROM S UNION ALL SELECT c / 10 FROM T",
+    "SELECT a FROM R EXCEPT ALL SELECT b FROM S EXCEPT ALL SELECT c / 10 FROM T",
+    "SELECT b FROM R INTERSECT ALL SELECT b FROM S INTERSECT ALL SELECT a FROM R",
+    "SELECT b FROM R INTERSECT SELECT b FROM S INTERSECT SELECT a FROM R",
+    "SELECT a FROM R UNION SELECT b FROM S UNION SELECT c / 10 FROM T",
+    "(SELECT b FROM R UNION SELECT c / 10 FROM T) EXCEPT ALL SELECT b FROM S",
+    "SELECT b FROM R UNION ALL SELECT b FROM S EXCEPT SELECT a FROM R",
+    "SELECT a FROM R UNION SELECT b FROM S INTERSECT ALL SELECT b FROM R",
+    "SELECT DISTINCT b FROM R UNION ALL SELECT b FROM S",
+    "SELECT DISTINCT b FROM R UNION SELECT DISTINCT b FROM S",
+    "SELECT b FROM R EXCEPT ALL (SELECT b FROM S UNION SELECT a FROM R)",
+    "(SELECT b FROM R EXCEPT ALL SELECT b FROM S) INTERSECT ALL SELECT a FROM R",
+    "SELECT b FROM R INTERSECT ALL (SELECT b FROM S EXCEPT ALL SELECT a FROM R WHERE a = 2)",
+    "SELECT r.a, s.c FROM R r JOIN S s ON r.b = s.b UNION ALL SELECT c / 10, c FROM T WHERE d IS NOT NULL",
+    "SELECT r.a, t.d FROM R r, S s, T t WHERE r.b = s.b AND s.c = t.c EXCEPT SELECT a, 'x' FROM R",
+    "SELECT a + 1 FROM R UNION SELECT b * 2 FROM S",
+    "WITH w AS (SELECT a, b FROM R WHERE a IS NOT NULL) SELECT * FROM w INTERSECT SELECT b, c / 10 FROM S",
+    "SELECT a FROM R WHERE a > 100 UNION ALL SELECT b FROM S WHERE b > 100",
+    "SELECT a FROM R WHERE a > 100 EXCEPT SELECT b FROM S",
+    "SELECT b FROM R INTERSECT ALL SELECT b FROM S WHERE b > 100",
+    "SELECT x FROM (SELECT a AS x FROM R UNION ALL SELECT b FROM S) t EXCEPT ALL SELECT c / 10 FROM T",
+]
+
+
+@pytest.mark.parametrize("sql", SET_OPERATIONS)
+def test_set_operation_view_rows_match_their_definition(sql):
+    query = translate(sql, SCHEMAS)
+    assert normalized(view_rows(query, database()), False) == normalized(set_operation_rows(sql), False)
+
+
+SQLITE_SET_OPERATIONS = [s for s in SET_OPERATIONS if " ALL" not in s.replace("UNION ALL", "")
+                         and "INTERSECT" not in s.split("UNION")[-1] and "(" not in s and "WITH" not in s]
+
+
+@pytest.mark.parametrize("sql", SQLITE_SET_OPERATIONS)
+def test_set_operation_view_rows_match_sqlite(sql):
+    query = translate(sql, SCHEMAS)
+    expected = sqlite_with().execute(to_sqlite(sql)).fetchall()
+    assert normalized(view_rows(query, database()), False) == normalized(expected, False)
+
+
+ORDERED_SET_OPERATIONS = [
+    "SELECT a FROM R UNION ALL SELECT b FROM S ORDER BY a DESC NULLS LAST LIMIT 5",
+    "SELECT a, b AS y FROM R UNION SELECT c / 10, b FROM S ORDER BY 2, a NULLS LAST LIMIT 4",
+    "SELECT b FROM R EXCEPT SELECT c / 10 FROM T ORDER BY b DESC",
+]
+
+
+@pytest.mark.parametrize("sql", ORDERED_SET_OPERATIONS)
+def test_ordered_set_operation_rows_match_sqlite(sql):
+    query = translate(sql, SCHEMAS)
+    expected = sqlite_with().execute(to_sqlite(sql)).fetchall()
+    assert normalized(view_rows(query, database()), True) == normalized(expected, True)
+
+
+def test_new_aggregates_group_by_the_view_keys_and_their_value():
+    for sql in DISTINCT_AND_REDUCED_QUERIES + SET_OPERATIONS:
+        query = translate(sql, SCHEMAS)
+        assert query.aggregates[0].name == ROW_COUNT
+        for aggregate in query.aggregates:
+            assert isinstance(aggregate.definition, AggSum), sql
+            assert aggregate.definition.group == query.keys + aggregate.value_keys, sql
+            assert not set(aggregate.value_keys) & set(query.keys), sql
+
+
+# ---------------------------------------------------------------------------------------------------
 # Errors
 
 MULTI_LINE = """SELECT r.a,
@@ -480,7 +813,7 @@ def test_outer_and_other_joins_are_named_with_their_position(join, construct, co
     ("r.b IN (SELECT c FROM S)", "IN subquery", 11),
     ("NOT EXISTS (SELECT 1 FROM T)", "EXISTS subquery", 11),
     ("r.a > 0 AND ROW_NUMBER() OVER (ORDER BY r.a) = 1", "window function ROW_NUMBER", 19),
-    ("MIN(r.a) > 0", "MIN", 7),
+    ("MIN(r.a) > 0", "aggregate in WHERE", 7),
     ("SUM(r.a) > 0", "aggregate in WHERE", 7),
     ("CAST(r.a AS BOOLEAN)", "CAST to BOOLEAN", 7),
     ("sqrt(r.a) > 1", "function SQRT", 7),
@@ -492,11 +825,30 @@ def test_unsupported_conditions_are_named_with_their_position(where, construct, 
 
 
 @pytest.mark.parametrize("sql, construct, line, column", [
-    ("SELECT a FROM R\nUNION ALL\nSELECT b FROM S", "UNION ALL", 2, 1),
-    ("SELECT a FROM R EXCEPT SELECT b FROM S", "EXCEPT", 1, 17),
-    ("SELECT DISTINCT a FROM R", "SELECT DISTINCT", 1, 8),
-    ("SELECT COUNT(DISTINCT a) FROM R", "COUNT(DISTINCT)", 1, 8),
-    ("SELECT a, MAX(b) FROM R GROUP BY a", "MAX", 1, 11),
+    ("SELECT COUNT(*) FROM (SELECT a FROM R\nUNION SELECT b FROM S) t", "UNION in a derived table", 2, 1),
+    ("WITH u AS (SELECT a FROM R INTERSECT SELECT b FROM S) SELECT COUNT(*) FROM u",
+     "INTERSECT in a derived table", 1, 28),
+    ("SELECT COUNT(*) FROM (SELECT a FROM R UNION ALL SELECT b FROM S LIMIT 2) t",
+     "LIMIT of a set operation in a derived table", 1, 65),
+    ("SELECT a FROM R EXCEPT SELECT b, c FROM S", "EXCEPT of SELECTs with 1 and 2 columns", 1, 17),
+    ("SELECT a FROM R UNION ALL SELECT SUM(b) FROM S", "aggregate in a set operation", 1, 34),
+    ("SELECT a FROM R UNION ALL SELECT b FROM S GROUP BY b", "aggregate in a set operation", 1, 52),
+    ("SELECT a FROM R UNION ALL (SELECT b FROM S LIMIT 2)", "LIMIT in a set operation", 1, 44),
+    ("SELECT a FROM R UNION ALL (SELECT b FROM S UNION SELECT c FROM T LIMIT 2)",
+     "LIMIT of a set operation inside another", 1, 66),
+    ("SELECT a FROM R UNION ALL SELECT b FROM S ORDER BY S.b",
+     "ORDER BY an expression that is not in the select list", 1, 52),
+    ("SELECT a FROM R UNION ALL SELECT b FROM S ORDER BY 2", "position 2 that is not in the select list", 1, 52),
+    ("SELECT a FROM R UNION ALL SELECT b FROM S ORDER BY COUNT(*)", "aggregate in ORDER BY of a set operation", 1, 52),
+    ("SELECT a FROM R UNION ALL SELECT b FROM S LIMIT 2 OFFSET 1", "OFFSET", 1, 51),
+    ("SELECT a FROM R WHERE a IN (SELECT a FROM R UNION SELECT b FROM S)", "IN subquery", 1, 25),
+    ("SELECT DISTINCT a, COUNT(*) FROM R GROUP BY a, b", "SELECT DISTINCT over aggregates", 1, 8),
+    ("SELECT DISTINCT a FROM R GROUP BY a, b HAVING COUNT(*) > 1", "SELECT DISTINCT over aggregates", 1, 8),
+    ("SELECT x FROM (SELECT DISTINCT a AS x FROM R) s", "SELECT DISTINCT in a derived table", 1, 23),
+    ("SELECT COUNT(DISTINCT a, b) FROM R", "COUNT(DISTINCT) of several expressions", 1, 8),
+    ("SELECT b, MAX(a) FROM R GROUP BY b ORDER BY MIN(a)",
+     "ORDER BY an expression that is not in the select list", 1, 45),
+    ("SELECT stddev(DISTINCT a) FROM R", "aggregate function STDDEV", 1, 8),
     ("SELECT stddev(a) FROM R", "aggregate function STDDEV", 1, 8),
     ("WITH RECURSIVE t AS (SELECT a FROM R) SELECT * FROM t", "recursive CTE", 1, 6),
     ("SELECT a, COUNT(*) FROM R\nGROUP BY ROLLUP (a)", "ROLLUP", 2, 10),

@@ -463,30 +463,44 @@ def read_view_sql(entry: ViewEntry) -> str:
     """SQL of the user-facing view: the defining query's rows, names and types, from the map store."""
     query = entry.plan.query
     layout = entry.layout
-    roots = {a.name: f"{entry.name.split('.')[-1]}_{a.name}" for a in query.aggregates}
+    prefix = entry.name.split(".")[-1]
+    stored = {a.name: layout.map(f"{prefix}_{a.name}") for a in query.aggregates}
+    sums = [a for a in query.aggregates if a.reduce is None]
     keys = [f"{key_column(k)} AS {quote(k)}" for k in query.keys]
-    aggs = []
-    for agg_name, map_name in roots.items():
-        m = layout.map(map_name)
-        aggs.append(f"COALESCE(MAX(CASE WHEN map_id = {m.map_id} THEN {m.value_column} END), 0) AS {quote(agg_name)}")
-    ids = ", ".join(str(layout.map(n).map_id) for n in roots.values())
+    columns = [f"COALESCE(MAX(CASE WHEN map_id = {stored[a.name].map_id} THEN {stored[a.name].value_column} END), 0)"
+               f" AS {quote(a.name)}" for a in sums]
+    ids = ", ".join(str(stored[a.name].map_id) for a in sums)
     group = f" GROUP BY {', '.join(key_column(k) for k in query.keys)}" if query.keys else ""
-    inner = f"SELECT {', '.join(keys + aggs)} FROM {layout.table} WHERE map_id IN ({ids}){group}"
+    body = f"(SELECT {', '.join(keys + columns)} FROM {layout.table} WHERE map_id IN ({ids}){group}) AS g"
+    for i, a in enumerate(a for a in query.aggregates if a.reduce is not None):
+        m = stored[a.name]
+        reduced = _REDUCERS[a.reduce].format(key_column(a.value_keys[0]))
+        sub = (f"SELECT {', '.join(keys + [f'{reduced} AS {quote(a.name)}'])} FROM {layout.table} "
+               f"WHERE map_id = {m.map_id} AND {m.value_column} > 0{group}")
+        on = " AND ".join(f"g.{quote(k)} <=> r{i}.{quote(k)}" for k in query.keys)
+        body += f" LEFT JOIN ({sub}) AS r{i} ON {on}" if on else f" CROSS JOIN ({sub}) AS r{i}"
     conditions = []
     if query.keys:
-        conditions.append(f"{quote(ROW_COUNT)} <> 0")
+        conditions.append(f"({query.multiplicity}) > 0")
     if query.having:
         conditions.append(f"({query.having})")
     where = f" WHERE {' AND '.join(conditions)}" if conditions else ""
-    cols = [f"CAST({c.sql} AS {t}) AS {quote(n)}"
-            for c, (n, t) in zip(query.columns, entry.output_types)]
-    if query.bag:
-        body = (f"SELECT {', '.join(cols)} FROM ({inner}) AS g "
-                f"LATERAL VIEW explode(sequence(1, g.{quote(ROW_COUNT)})) copies AS __copy{where}")
-    else:
-        body = f"SELECT {', '.join(cols)} FROM ({inner}) AS g{where}"
+    cols = [f"CAST({c.sql} AS {t}) AS {quote(n)}" for c, (n, t) in zip(query.columns, entry.output_types)]
+    select = f"SELECT {', '.join(cols)} FROM {body}"
+    if query.bag and not query.distinct:
+        select += f" LATERAL VIEW explode(sequence(1, CAST({query.multiplicity} AS BIGINT))) copies AS __copy"
+    select += where
     if query.order_by:
-        body = f"SELECT * FROM ({body}) AS o ORDER BY {', '.join(query.order_by)}"
+        select = f"SELECT * FROM ({select}) AS o ORDER BY {', '.join(query.order_by)}"
     if query.limit is not None:
-        body += f" LIMIT {query.limit}"
-    return body
+        select += f" LIMIT {query.limit}"
+    return select
+
+
+_REDUCERS = {
+    "min": "MIN({})",
+    "max": "MAX({})",
+    "count_distinct": "COUNT({})",
+    "sum_distinct": "SUM({})",
+    "avg_distinct": "AVG({})",
+}
