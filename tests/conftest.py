@@ -1,0 +1,51 @@
+"""Shared fixtures.
+
+- ``spark``: one local Spark session (Delta Lake, Hive metastore) for the whole run,
+  with its warehouse in a pytest temp folder.
+- ``fresh_db``: a new, uniquely named database, made current (``USE``), for one test.
+
+Tests that use ``spark`` (directly or through another fixture) are marked ``spark``
+automatically, so ``pytest -m "not spark"`` runs only the pure-Python tests.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+
+import pytest
+
+_db_counter = itertools.count(1)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if "spark" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.spark)
+
+
+@pytest.fixture(scope="session")
+def spark_warehouse(tmp_path_factory: pytest.TempPathFactory):
+    """The warehouse folder of the ``spark`` session."""
+    return tmp_path_factory.mktemp("warehouse")
+
+
+@pytest.fixture(scope="session")
+def spark(spark_warehouse):
+    from spark_ivm.session import session
+
+    spark = session(warehouse=str(spark_warehouse), log_level="ERROR")
+    yield spark
+    spark.stop()
+
+
+@pytest.fixture
+def fresh_db(spark, request: pytest.FixtureRequest) -> str:
+    """Create a database unique to this test, ``USE`` it, and return its name."""
+    stem = re.sub(r"[^0-9a-z]+", "_", request.node.name.lower()).strip("_")[:40]
+    name = f"t{next(_db_counter)}_{stem}"
+    spark.sql(f"CREATE DATABASE {name}")
+    spark.sql(f"USE {name}")
+    yield name
+    # Leave the tables: the warehouse is a temp folder, and dropping costs time.
+    spark.sql("USE default")
