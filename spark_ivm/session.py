@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import sys
 import tempfile
 import types
@@ -54,6 +55,8 @@ _BASE_CONF: dict[str, str] = {
     "spark.driver.bindAddress": "127.0.0.1",
     "spark.sql.shuffle.partitions": "2",
     "spark.default.parallelism": "2",
+    # Spark's 1g default is too small to broadcast the maps of multi-way joins.
+    "spark.driver.memory": "4g",
     # Delta's default of 50 snapshot partitions makes every read of a small
     # table about a second slower.
     "spark.databricks.delta.snapshotPartitions": "2",
@@ -81,6 +84,9 @@ logger.hivemeta.name = org.apache.hadoop.hive
 logger.hivemeta.level = error
 logger.hiveext.name = org.apache.spark.sql.hive.HiveExternalCatalog
 logger.hiveext.level = error
+# spark_ivm checkpoints each refresh's batch locally on purpose; the lineage warning is noise.
+logger.checkpointed.name = org.apache.spark.rdd.MapPartitionsRDD
+logger.checkpointed.level = error
 logger.datanucleus.name = DataNucleus
 logger.datanucleus.level = error
 """
@@ -234,8 +240,10 @@ def _lock_holder(path: Path) -> int | None:
 
 
 def _enable_hook(spark: SparkSession) -> None:
-    """Placeholder: replaced by the hook that turns on IVM statements."""
-    return None
+    """Turn on the IVM statements; idempotent, as it also runs when a running session is returned."""
+    from spark_ivm.runtime import enable
+
+    enable(spark)
 
 
 def session(
@@ -276,18 +284,23 @@ def session(
     active = SparkSession.getActiveSession()
     if active is not None:
         current = active.conf.get("spark.sql.warehouse.dir", None) or ""
-        if current.removeprefix("file:").rstrip("/") != str(wh):
+        if re.sub(r"^file:/*", "/", current).rstrip("/") != str(wh):
             warnings.warn(
                 f"a SparkSession with warehouse {current} is already running; "
                 f"returning it instead of one for {wh}",
                 stacklevel=2,
             )
+        _enable_hook(active)  # the hook must be idempotent
         return active
 
     wh.mkdir(parents=True, exist_ok=True)
     if settings.get("spark.sql.catalogImplementation") == "hive":
         _check_metastore_free(wh)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    # PySpark starts Python workers with $PYSPARK_PYTHON (default: `python3` on PATH,
+    # which lacks this project's packages); the spark.pyspark.python setting alone
+    # does not reach it when the JVM is started from Python.
+    os.environ.setdefault("PYSPARK_PYTHON", settings["spark.pyspark.python"])
 
     builder = SparkSession.builder.master(master).appName(app_name)
     jars = delta_jars()
@@ -304,7 +317,6 @@ def session(
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(log_level.upper())
 
-    # IVM statements are enabled by spark_ivm.enable(spark)
     _enable_hook(spark)
     return spark
 

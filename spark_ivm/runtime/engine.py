@@ -71,7 +71,9 @@ class Engine:
         if isinstance(statement, RefreshView):
             return self._stats_frame([self.refresh(statement.name, full=statement.full)])
         if isinstance(statement, RefreshAll):
-            return self._stats_frame([self.refresh(e.name) for e in self._ordered_entries()])
+            versions: dict[str, int] = {}  # each source's version is looked up once for all views
+            return self._stats_frame([self.refresh(e.name, entry=e, source_versions=versions)
+                                      for e in self._ordered_entries()])
         if isinstance(statement, DropView):
             self.drop(statement.name, statement.if_exists)
             return self._message(f"dropped incremental view {self.qualify(statement.name)}")
@@ -254,9 +256,11 @@ class Engine:
         )
 
     # -- REFRESH -------------------------------------------------------------------------------------
-    def refresh(self, name: str, full: bool = False) -> dict:
+    def refresh(self, name: str, full: bool = False, entry: ViewEntry | None = None,
+                source_versions: dict[str, int] | None = None) -> dict:
         started = time.perf_counter()
-        entry = self.entry(name)
+        entry = entry or self.entry(name)
+        source_versions = {} if source_versions is None else source_versions
         if full:
             return self._rebuild(entry, started)
         store_version = source_tables.current_version(self.spark, entry.store)
@@ -265,63 +269,75 @@ class Engine:
         targets = {}
         for table in set(entry.sources.values()):
             self._check_source_schema(entry, table)
-            targets[table] = source_tables.current_version(self.spark, table)
+            if table not in source_versions:
+                source_versions[table] = source_tables.current_version(self.spark, table)
+            targets[table] = source_versions[table]
         changed = [t for t in _ordered_tables(entry) if targets[t] > applied[t]]
         if not changed:
             return self._stats(entry, "up to date", applied, 0, started)
 
-        versions = dict(applied)  # relation versions as seen by the trigger being run
-        pending: dict[str, list[str]] = {}
-        increments: list[str] = []
         batch_id = uuid.uuid4().hex[:8]
-        for i, table in enumerate(changed):
-            delta_sql = source_tables.change_rows_sql(
-                table, applied[table] + 1, targets[table], entry.source_columns[table])
-            relations = [r for r, t in entry.sources.items() if t == table]
-            deltas = {r: delta_sql for r in relations}
-            sources = self._sources(entry.sources, entry.source_columns, versions, entry.layout, store_version,
-                                    deltas, pending)
-            step_rows = []
-            for rel in relations:
-                trigger = entry.plan.trigger(rel)
-                for s in (trigger.statements if trigger else ()):
-                    sql = self._statement_increments(entry, s, sources)
-                    step_rows.append((s.target, sql))
-            if i + 1 < len(changed):
-                # Later sources' triggers read the maps as updated by this source's batch.
-                for target, sql in step_rows:
-                    view = f"__ivm_{batch_id}_{i}_{len(pending.get(target, []))}_{target}"
-                    self.spark.sql(sql).localCheckpoint(eager=True).createOrReplaceTempView(view)
-                    pending.setdefault(target, []).append(view)
-                    increments.append(entry.layout.rows_sql(target, f"SELECT * FROM {view}"))
-            else:
-                increments += [entry.layout.rows_sql(t, sql) for t, sql in step_rows]
-            versions[table] = targets[table]
-        _crash_point("after_deltas")
-
-        staged_sql = self._staged_sql(entry, increments, {t: targets[t] for t in targets})
-        staged = self.spark.sql(staged_sql)
-        staged_view = f"__ivm_staged_{batch_id}"
-        staged.createOrReplaceTempView(staged_view)
-        _crash_point("before_merge")
+        temporary: list[str] = []  # temp views of this refresh only
         try:
+            increments = self._increments(entry, changed, applied, targets, store_version, batch_id, temporary)
+            _crash_point("after_deltas")
+            staged_view = f"__ivm_staged_{batch_id}"
+            self.spark.sql(self._staged_sql(entry, increments, targets)).createOrReplaceTempView(staged_view)
+            temporary.append(staged_view)
+            _crash_point("before_merge")
             rows = self._merge(entry, staged_view, store_version)
+        except IVMError:
+            raise
         except Exception as exc:
             raise _refresh_failure(entry, exc) from exc
         finally:
-            self.spark.catalog.dropTempView(staged_view)
-            for views in pending.values():
-                for view in views:
-                    self.spark.catalog.dropTempView(view)
+            for view in temporary:
+                self.spark.catalog.dropTempView(view)
         _crash_point("after_merge")
         return self._stats(entry, "refreshed", targets, rows, started)
 
-    def _statement_increments(self, entry: ViewEntry, s, sources: Sources) -> str:
+    def _increments(self, entry, changed, applied, targets, store_version, batch_id, temporary) -> list[str]:
+        """SQL of every map increment of this refresh, in the map store's row shape.
+
+        Sources are applied one after the other (the product rule): the triggers of a later source
+        read the base tables and maps as updated by the batches of the earlier ones.
+        """
+        versions = dict(applied)  # the version of each source that the current trigger sees
+        pending: dict[str, list[str]] = {}  # map -> temp views of increments from earlier sources
+        increments: list[str] = []
+        for i, table in enumerate(changed):
+            # The consolidated batch is read by every statement of the trigger: compute it once.
+            batch_view = f"__ivm_{batch_id}_batch_{i}"
+            # (Checkpointed, not cached: Delta refuses a MERGE whose source plan holds cached parts.)
+            batch = self.spark.sql(source_tables.change_rows_sql(
+                table, applied[table] + 1, targets[table], entry.source_columns[table])).localCheckpoint()
+            batch.createOrReplaceTempView(batch_view)
+            temporary.append(batch_view)
+            relations = [r for r, t in entry.sources.items() if t == table]
+            sources = self._sources(entry.sources, entry.source_columns, versions, entry.layout, store_version,
+                                    {r: batch_view for r in relations}, pending)
+            step = [(s.target, self._statement_increments(entry, s, sources, store_version))
+                    for rel in relations if entry.plan.trigger(rel)
+                    for s in entry.plan.trigger(rel).statements]
+            last = i + 1 == len(changed)
+            for target, sql in step:
+                if last:
+                    increments.append(entry.layout.rows_sql(target, sql))
+                    continue
+                view = f"__ivm_{batch_id}_{i}_{len(pending.get(target, []))}_{target}"
+                self.spark.sql(sql).localCheckpoint().createOrReplaceTempView(view)
+                temporary.append(view)
+                pending.setdefault(target, []).append(view)
+                increments.append(entry.layout.rows_sql(target, f"SELECT * FROM {view}"))
+            versions[table] = targets[table]
+        return increments
+
+    def _statement_increments(self, entry: ViewEntry, s, sources: Sources, store_version: int) -> str:
         if s.op == ":=":
             # Re-evaluation (depth 0): new contents minus old, as an increment.
             keys = ", ".join(quote(k) for k in s.keys)
             new = statement_sql(s.expr, s.keys, sources)
-            old = entry.layout.read_map_sql(s.target, None)
+            old = sources.map(s.target)
             sel = f"{keys + ', ' if keys else ''}"
             union = f"SELECT {sel}{VALUE} FROM ({new}) n UNION ALL SELECT {sel}-{VALUE} AS {VALUE} FROM {old} o"
             group = f" GROUP BY {keys}" if keys else ""

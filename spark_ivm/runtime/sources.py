@@ -58,6 +58,6 @@ def change_rows_sql(table: str, start: int, end: int, columns) -> str:
     multiplicity (a row inserted and deleted in the range cancels out)."""
     cols = ", ".join(quote(c) for c, _ in columns)
     sign = " ".join(f"WHEN '{k}' THEN {v}" for k, v in CHANGE_SIGNS.items())
-    return (f"(SELECT {cols}, SUM(CASE _change_type {sign} ELSE 0 END) AS {MULTIPLICITY} "
+    return (f"SELECT {cols}, SUM(CASE _change_type {sign} ELSE 0 END) AS {MULTIPLICITY} "
             f"FROM table_changes('{table}', {start}, {end}) GROUP BY {cols} "
-            f"HAVING SUM(CASE _change_type {sign} ELSE 0 END) <> 0)")
+            f"HAVING SUM(CASE _change_type {sign} ELSE 0 END) <> 0")

@@ -113,6 +113,8 @@ class SqlGen:
 
     # -- relations ---------------------------------------------------------------------------------
     def aggregate(self, e: Expr, keys: Sequence[str]) -> str:
+        if isinstance(e, AggSum) and set(e.group) == set(keys):
+            e = e.expr  # grouped below anyway
         inner = self.select(e)
         missing = [k for k in keys if k not in inner.outputs]
         if missing:

@@ -1,0 +1,357 @@
+"""spark_ivm demo: TPC-H queries as incremental views, kept up to date through inserts, deletes and updates.
+
+    ./build.sh demo [--scale 0.01] [--queries q1,q3,q6] [--warehouse DIR] [--keep]
+
+1. generate TPC-H at the scale factor with tpchgen-cli, hold back 1% of the orders, load Delta tables;
+2. CREATE INCREMENTAL VIEW tpch_qN AS <sql/tpch/qN.sql> for each query;
+3. three batches of plain Spark SQL DML on the tables: insert the held-back orders (RF1), delete 0.5% of
+   the orders (RF2), update lineitems and customers; after each, REFRESH INCREMENTAL VIEW every view and
+   check it against the query run from scratch (same rows, exactly; same order for ORDER BY);
+4. a summary. Exits 1 if a view differs from its query or a statement fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import tempfile
+import time
+import traceback
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import sqlglot
+from rich import box
+from rich.console import Console
+from rich.markup import escape
+from rich.padding import Padding
+from rich.table import Table
+
+import spark_ivm
+from spark_ivm import tpch
+
+DATABASE = "tpch"
+HOLD_BACK = 0.01  # fraction of the orders inserted by the first batch
+DELETE = 0.005  # fraction of the orders deleted by the second batch
+INDENT = 4  # of the printed view rows
+QUERY_DIR = Path(__file__).resolve().parents[1] / "sql" / "tpch"
+
+# A terminal's own width; a pipe or a log file gets $COLUMNS or 120 (rich would assume 80).
+console = Console(highlight=False, soft_wrap=True,
+                  width=None if sys.stdout.isatty() else shutil.get_terminal_size((120, 24)).columns)
+
+
+# -- checking a view against its query -------------------------------------------------------------------
+@dataclass
+class Check:
+    stage: str
+    refresh_s: float | None = None  # None for the initial check after CREATE
+    rows_merged: int | None = None
+    recompute_s: float = 0.0
+    rows: list = field(default_factory=list)  # the view's rows
+    columns: list = field(default_factory=list)
+    problem: str | None = None  # why the view differs from the query; None when they agree
+    note: str = ""
+
+    @property
+    def verdict(self) -> str:
+        return "agree" if self.problem is None else "DIFFER"
+
+
+@dataclass
+class ViewRun:
+    query: tpch.Query
+    view: str
+    create_s: float | None = None
+    checks: list[Check] = field(default_factory=list)
+    error: str | None = None  # the statement that failed and its message
+
+
+def order_columns(sql: str, columns: list[str]) -> list[str] | None:
+    """The output columns the query's final ORDER BY sorts on, or None when it sorts on anything else."""
+    tree = sqlglot.parse_one(sql, read="spark")
+    order = tree.args.get("order")
+    if order is None:
+        return None
+    names = []
+    for item in order.expressions:
+        target = item.this
+        if not isinstance(target, sqlglot.exp.Column) or target.name.lower() not in [c.lower() for c in columns]:
+            return None
+        names.append(next(c for c in columns if c.lower() == target.name.lower()))
+    return names
+
+
+def compare(sql: str, expected_rows, actual_rows, columns) -> tuple[str | None, str]:
+    """(problem, note): problem is None when the view's rows are the query's rows."""
+    expected = [tuple(r) for r in expected_rows]
+    actual = [tuple(r) for r in actual_rows]
+    if Counter(expected) != Counter(actual):
+        if _limited_ties(sql, expected, actual, columns):
+            return None, "another choice among the rows tied on the sort keys at the LIMIT"
+        missing = list((Counter(expected) - Counter(actual)).elements())
+        extra = list((Counter(actual) - Counter(expected)).elements())
+        return (f"{len(missing)} query rows missing from the view, {len(extra)} extra rows in the view; "
+                f"first missing: {missing[:3]}; first extra: {extra[:3]}"), ""
+    tree = sqlglot.parse_one(sql, read="spark")
+    if tree.args.get("order") is None or expected == actual:
+        return None, ""
+    keys = order_columns(sql, columns)
+    if keys is None:
+        return "same rows but in a different order (ORDER BY on an expression: cannot tell ties apart)", ""
+    idx = [columns.index(k) for k in keys]
+    if [tuple(r[i] for i in idx) for r in expected] == [tuple(r[i] for i in idx) for r in actual]:
+        return None, "rows with equal sort keys in another order"
+    return "rows in a different order", ""
+
+
+def _limited_ties(sql: str, expected, actual, columns) -> bool:
+    """With ORDER BY … LIMIT, rows tied on the sort keys at the cut may legitimately differ."""
+    tree = sqlglot.parse_one(sql, read="spark")
+    keys = order_columns(sql, columns)
+    if tree.args.get("limit") is None or keys is None or len(expected) != len(actual) or not expected:
+        return False
+    idx = [columns.index(k) for k in keys]
+    key = lambda r: tuple(r[i] for i in idx)  # noqa: E731
+    if [key(r) for r in expected] != [key(r) for r in actual]:
+        return False
+    last = key(expected[-1])
+    return Counter(r for r in expected if key(r) != last) == Counter(r for r in actual if key(r) != last)
+
+
+def check(spark, run: ViewRun, stage: str, refresh_s=None, rows_merged=None) -> Check:
+    started = time.perf_counter()
+    expected_df = spark.sql(run.query.sql)
+    expected = expected_df.collect()
+    recompute_s = time.perf_counter() - started
+    actual_df = spark.table(run.view)
+    actual = actual_df.collect()
+    columns = expected_df.columns
+    result = Check(stage, refresh_s, rows_merged, recompute_s, actual, actual_df.columns)
+    want = [(f.name, f.dataType.simpleString()) for f in expected_df.schema.fields]
+    got = [(f.name, f.dataType.simpleString()) for f in actual_df.schema.fields]
+    if want != got:
+        result.problem = f"columns differ: query {want}, view {got}"
+    else:
+        result.problem, result.note = compare(run.query.sql, expected, actual, columns)
+    return result
+
+
+# -- printing --------------------------------------------------------------------------------------------
+def seconds(s: float | None) -> str:
+    return "-" if s is None else f"{s:.2f}s"
+
+
+def show_rows(check: Check, limit: int) -> None:
+    """The view's first rows; a view too wide for the console is shown one column per line."""
+    if limit <= 0:
+        return
+    cells = [["NULL" if v is None else str(v) for v in row] for row in check.rows[:limit]]
+    widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(check.columns)]
+    table = Table(box=box.SIMPLE, show_edge=False, pad_edge=False)
+    if INDENT + sum(widths) + 3 * len(widths) <= console.width:
+        for c in check.columns:
+            table.add_column(c, overflow="fold")
+        for row in cells:
+            table.add_row(*row)
+    else:
+        table.add_column("column")
+        for n in range(len(cells)):
+            table.add_column(f"row {n + 1}", overflow="fold")
+        for i, c in enumerate(check.columns):
+            table.add_row(c, *(row[i] for row in cells))
+    console.print(Padding(table, (0, 0, 0, INDENT), expand=False))
+    n = len(check.rows)
+    console.print(" " * INDENT + (f"… {n} rows in all" if n > limit else f"({n} row{'' if n == 1 else 's'})"))
+
+
+def report(run: ViewRun, check: Check, limit: int) -> None:
+    if check.refresh_s is None:
+        timing = f"recompute {seconds(check.recompute_s)}"
+    else:
+        timing = (f"refresh {seconds(check.refresh_s)} ({check.rows_merged} map rows merged) "
+                  f"vs recompute {seconds(check.recompute_s)} ({ratio(check.recompute_s, check.refresh_s)})")
+    mark = "[green]agree[/]" if check.problem is None else "[bold red]DIFFER[/]"
+    note = f" ({check.note})" if check.note else ""
+    console.print(f"  {run.view}: {timing}: {mark}{note}")
+    if check.problem:
+        console.print(f"    [red]{escape(check.problem)}[/]")
+    show_rows(check, limit)
+
+
+def summary(runs: list[ViewRun]) -> None:
+    table = Table(title="Incremental maintenance vs recomputing the query (wall-clock seconds)", box=box.SIMPLE_HEAD)
+    for name, justify in (("view", "left"), ("step", "left"), ("spark_ivm", "right"), ("recompute", "right"),
+                          ("ratio", "right"), ("result", "left")):
+        table.add_column(name, justify=justify)
+    for run in runs:
+        for c in run.checks:
+            ivm = run.create_s if c.refresh_s is None else c.refresh_s
+            step_name = "create" if c.refresh_s is None else f"refresh after {c.stage}"
+            table.add_row(run.view, step_name, seconds(ivm), seconds(c.recompute_s), ratio(c.recompute_s, ivm),
+                          "[green]agree[/]" if c.problem is None else "[bold red]DIFFER[/]")
+        refreshes = [c for c in run.checks if c.refresh_s is not None]
+        if refreshes:
+            ivm, recompute = sum(c.refresh_s for c in refreshes), sum(c.recompute_s for c in refreshes)
+            table.add_row(run.view, f"[bold]all {len(refreshes)} refreshes[/]", seconds(ivm), seconds(recompute),
+                          ratio(recompute, ivm), "", end_section=True)
+        if run.error:
+            table.add_row(run.view, "[bold red]failed[/]", "", "", "", "see below",
+                          end_section=True)
+    console.print(table)
+    console.print("  ratio = recompute / spark_ivm: above 1 the incremental refresh is faster")
+
+
+def ratio(recompute: float, ivm: float | None) -> str:
+    return "-" if not ivm else f"{recompute / ivm:.2f}x"
+
+
+def step(title: str) -> None:
+    console.print(f"\n[bold]{title}[/]")
+
+
+# -- the demo --------------------------------------------------------------------------------------------
+def query_names(text: str) -> list[str]:
+    if text.strip().lower() == "all":
+        return sorted((p.stem for p in QUERY_DIR.glob("q*.sql")), key=lambda n: int(n[1:]))
+    names = [n.strip().lower() for n in text.split(",") if n.strip()]
+    return [n if n.startswith("q") else f"q{n}" for n in names]
+
+
+def fail(run: ViewRun, statement: str, exc: BaseException) -> None:
+    message = f"{type(exc).__name__}: {exc}".strip()
+    run.error = f"{statement}\n{message}"
+    console.print(f"  [bold red]{run.view}: {escape(statement)} failed[/]")
+    lines = message.splitlines()
+    if len(lines) > 40:  # a Java stack trace: its head says what failed
+        lines = lines[:40] + [f"… {len(lines) - 40} more lines"]
+    console.print("    " + "\n    ".join(lines), markup=False)
+    frames = "".join(traceback.format_tb(exc.__traceback__)).rstrip()
+    console.print("    Traceback (most recent call last):\n  " + frames.replace("\n", "\n  "), markup=False, style="dim")
+
+
+def run_demo(spark, args) -> int:
+    queries = [tpch.read_query(n, QUERY_DIR) for n in query_names(args.queries)]
+    runs = [ViewRun(q, f"tpch_{q.name}") for q in queries]
+
+    step(f"1. TPC-H at scale factor {args.scale:g}: generate with tpchgen-cli, hold back "
+         f"{HOLD_BACK:.0%} of the orders, load into Delta tables in database {DATABASE}")
+    t = time.perf_counter()
+    counts = tpch.load_tpch(spark, args.scale, DATABASE, hold_back=HOLD_BACK)
+    table = Table(box=box.SIMPLE, show_edge=False)
+    table.add_column("table")
+    table.add_column("rows", justify="right")
+    for name, n in counts.items():
+        table.add_row(name, f"{n:,}")
+    console.print(table)
+    console.print(f"  loaded in {seconds(time.perf_counter() - t)}")
+    spark.sql(f"USE {DATABASE}")
+
+    step("2. Creating the incremental views")
+    for run in runs:
+        console.print(f"  {run.view}: {run.query.title}")
+        statement = f"DROP INCREMENTAL VIEW IF EXISTS {run.view}"
+        try:
+            spark.sql(statement)
+            statement = f"CREATE INCREMENTAL VIEW {run.view} AS <sql/tpch/{run.query.name}.sql>"
+            t = time.perf_counter()
+            spark.sql(f"CREATE INCREMENTAL VIEW {run.view} AS\n{run.query.sql}")
+        except Exception as exc:
+            fail(run, statement, exc)
+            continue
+        run.create_s = time.perf_counter() - t
+        console.print(f"    created in {seconds(run.create_s)}")
+        try:
+            c = check(spark, run, "initial")
+        except Exception as exc:
+            fail(run, f"reading {run.view}", exc)
+            continue
+        run.checks.append(c)
+        report(run, c, args.rows)
+
+    batches = [
+        ("insert", "3a. Inserting the held-back orders and their lineitems (RF1)",
+         lambda: tpch.insert_held_back(spark, DATABASE)),
+        ("delete", f"3b. Deleting {DELETE:.1%} of the orders (smallest keys) and their lineitems (RF2)",
+         lambda: tpch.delete_orders(spark, DATABASE, DELETE)),
+        ("update", "3c. Updating lineitems (discount, quantity, ship date) and customers (market segment)",
+         lambda: tpch.update_rows(spark, DATABASE)),
+    ]
+    for stage, title, apply in batches:
+        step(title)
+        t = time.perf_counter()
+        changed = apply()
+        console.print(f"  {changed.describe()} ({seconds(time.perf_counter() - t)})")
+        for run in runs:
+            if run.error:
+                continue
+            t = time.perf_counter()
+            try:
+                stats = spark.sql(f"REFRESH INCREMENTAL VIEW {run.view}").collect()
+            except Exception as exc:
+                fail(run, f"REFRESH INCREMENTAL VIEW {run.view}", exc)
+                continue
+            refresh_s = time.perf_counter() - t
+            merged = sum(int(r["rows_merged"] or 0) for r in stats)
+            try:
+                c = check(spark, run, stage, refresh_s, merged)
+            except Exception as exc:
+                fail(run, f"reading {run.view}", exc)
+                continue
+            run.checks.append(c)
+            report(run, c, args.rows)
+
+    step("4. Summary")
+    summary(runs)
+    errors = [r for r in runs if r.error]
+    differ = [r for r in runs if any(c.problem for c in r.checks)]
+    for r in errors:
+        statement, message = r.error.split("\n", 1)
+        lines = [line.strip() for line in message.splitlines() if line.strip()] or [""]
+        first = " ".join(lines[:2] if "An error occurred while calling" in lines[0] else lines[:1])[:400]
+        console.print(f"[bold red]error[/] {r.view}: {escape(statement)}: {escape(first)}")
+    if errors or differ:
+        console.print(f"[bold red]{len(differ)} view(s) differ, {len(errors)} failed[/]")
+        return 1
+    console.print("[green]every view agrees with its query after every batch[/]")
+    return 0
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--scale", type=float, default=0.01, help="TPC-H scale factor (default 0.01)")
+    parser.add_argument("--warehouse", help="Spark warehouse folder (default: a fresh temporary folder, "
+                                            "deleted at the end unless --keep)")
+    parser.add_argument("--keep", action="store_true", help="keep the temporary warehouse")
+    parser.add_argument("--queries", default="q1,q3,q6",
+                        help="comma-separated queries of sql/tpch, or 'all' (default q1,q3,q6)")
+    parser.add_argument("--rows", type=int, default=3, help="rows of each view to print (default 3)")
+    return parser.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    temporary = args.warehouse is None
+    warehouse = args.warehouse or tempfile.mkdtemp(prefix="spark_ivm_demo_")
+    started = time.perf_counter()
+    spark = None
+    try:
+        step("Starting Spark with Delta Lake and spark_ivm")
+        spark = spark_ivm.session(warehouse=str(Path(warehouse).resolve()))
+        console.print(f"  Spark {spark.version}, warehouse {warehouse} ({seconds(time.perf_counter() - started)})")
+        return run_demo(spark, args)
+    finally:
+        if spark is not None:
+            spark.stop()
+        console.print(f"\ndemo took {seconds(time.perf_counter() - started)}")
+        if temporary and not args.keep:
+            shutil.rmtree(warehouse, ignore_errors=True)
+        elif temporary:
+            console.print(f"warehouse kept in {warehouse}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
