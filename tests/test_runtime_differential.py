@@ -11,6 +11,9 @@ from decimal import Decimal
 
 import pytest
 
+# End-to-end runtime suites: run with `./build.sh test -m runtime` (see pyproject.toml).
+pytestmark = pytest.mark.runtime
+
 import spark_ivm
 
 from corpus import QUERIES, SCHEMAS

@@ -1,0 +1,111 @@
+"""Subprocess worker for the persistence and crash/resume tests (not a test module).
+
+    python crash_worker.py WAREHOUSE setup [--crash-at STEP]
+    python crash_worker.py WAREHOUSE verify [--show]
+
+Each run starts its own local Spark session on WAREHOUSE (embedded Derby admits one process per
+warehouse, so the tests never use the pytest session's warehouse here) and prints one line
+``RESULT <json>`` on stdout.
+
+setup: creates database ``p``, two Delta tables with NULLs in keys and values, and the incremental
+view ``p.v`` (a join + group-by over the tables named unqualified, after ``USE p``), then applies
+INSERT/DELETE/UPDATE to both tables without refreshing. It prints ``CREATED <json>`` (the view's
+and the query's rows right after CREATE) as soon as it has them. With ``--crash-at STEP`` it then
+runs REFRESH with ``SPARK_IVM_CRASH_AT=STEP``: the runtime is expected to end the process with
+``os._exit(17)``; if REFRESH returns instead, the worker prints the result and exits 0 (the test
+then fails on the exit code).
+
+verify: reads the view as it is, runs REFRESH, reads the view and the defining query, runs REFRESH
+again; reports all of it (and, with ``--show``, SHOW INCREMENTAL VIEWS and EXPLAIN).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from decimal import Decimal
+
+DB = "p"
+VIEW = "v"
+QUERY = "SELECT c.region, COUNT(*) AS n, SUM(o.amt) AS total FROM o JOIN c ON o.ck = c.ck GROUP BY c.region"
+SETUP = [
+    "CREATE TABLE c (ck INT, region STRING) USING delta",
+    "CREATE TABLE o (ok INT, ck INT, amt INT) USING delta",
+    "INSERT INTO c VALUES (1, 'east'), (2, 'west'), (3, NULL), (4, 'east'), (NULL, 'north')",
+    "INSERT INTO o VALUES (10, 1, 5), (11, 1, NULL), (12, 2, 7), (13, 3, 1), (14, NULL, 9), (15, 4, 2)",
+]
+CHANGES = [
+    # changes to both tables, none refreshed yet
+    "INSERT INTO o VALUES (16, 2, 3), (17, 3, NULL), (18, 5, 4)",
+    "DELETE FROM o WHERE ok = 12",
+    "UPDATE c SET region = 'west' WHERE ck = 4",
+    "INSERT INTO c VALUES (5, NULL), (6, 'south')",
+    "UPDATE o SET ck = 6 WHERE ok = 10",
+]
+CRASH_ENV = "SPARK_IVM_CRASH_AT"
+
+
+def _cell(v):
+    if isinstance(v, float):
+        return round(v, 9)
+    if isinstance(v, Decimal):
+        return str(v)
+    return v
+
+
+def rows(df) -> list[list]:
+    return sorted(([_cell(v) for v in r] for r in df.collect()), key=repr)
+
+
+def _refresh(spark) -> dict:
+    r = spark.sql(f"REFRESH INCREMENTAL VIEW {VIEW}").collect()
+    assert len(r) == 1, r
+    return {"status": r[0]["status"], "rows_merged": r[0]["rows_merged"]}
+
+
+def main(argv: list[str]) -> int:
+    warehouse, mode, *rest = argv
+    os.environ.pop(CRASH_ENV, None)
+    import spark_ivm
+
+    spark = spark_ivm.session(warehouse=warehouse, log_level="ERROR")
+    spark_ivm.enable(spark)
+    out: dict = {}
+    if mode == "setup":
+        spark.sql(f"CREATE DATABASE {DB}")
+    spark.sql(f"USE {DB}")
+    if mode == "setup":
+        for s in SETUP:
+            spark.sql(s)
+        spark.sql(f"CREATE INCREMENTAL VIEW {VIEW} AS {QUERY}")
+        out["created_view"] = rows(spark.table(VIEW))
+        out["created_query"] = rows(spark.sql(QUERY))
+        # printed now: a crash below ends the process before RESULT
+        print("CREATED " + json.dumps(out), flush=True)
+        for s in CHANGES:
+            spark.sql(s)
+        if rest[:1] == ["--crash-at"]:
+            os.environ[CRASH_ENV] = rest[1]
+            out["refresh"] = _refresh(spark)  # should not return
+            os.environ.pop(CRASH_ENV, None)
+    elif mode == "verify":
+        out["before_view"] = rows(spark.table(VIEW))
+        out["refresh1"] = _refresh(spark)
+        out["view"] = rows(spark.table(VIEW))
+        out["query"] = rows(spark.sql(QUERY))
+        out["view_schema"] = [[f.name, f.dataType.simpleString()] for f in spark.table(VIEW).schema.fields]
+        out["query_schema"] = [[f.name, f.dataType.simpleString()] for f in spark.sql(QUERY).schema.fields]
+        out["refresh2"] = _refresh(spark)
+        if "--show" in rest:
+            out["show"] = [r.asDict(recursive=True) for r in spark.sql("SHOW INCREMENTAL VIEWS").collect()]
+            out["explain"] = spark.sql(f"EXPLAIN INCREMENTAL VIEW {VIEW}").collect()[0]["plan"]
+    else:
+        raise SystemExit(f"unknown mode {mode!r}")
+    print("RESULT " + json.dumps(out), flush=True)
+    spark.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

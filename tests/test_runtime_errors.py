@@ -1,0 +1,302 @@
+"""Errors of the runtime's statements: each is a `spark_ivm.IVMError` subclass whose message names the
+problem, and a CREATE that fails leaves nothing behind (no map store `<name>__ivm_maps`, no Spark
+table or view `<name>`, no catalog row) and does not disturb the other views.
+
+The module works in one database, `ivm_errors`, with a few tiny tables and one healthy view
+(`witness`) that every failed CREATE must leave alone; its views are kept in a catalog table of
+their own (`spark.ivm.catalog`), so SHOW INCREMENTAL VIEWS lists only them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+# End-to-end runtime suites: run with `./build.sh test -m runtime` (see pyproject.toml).
+pytestmark = pytest.mark.runtime
+
+import spark_ivm
+from spark_ivm import (
+    IVMError, NonDeterministicError, ParseError, RefreshError, UnknownColumnError, UnknownTableError,
+    UnknownViewError, UnsupportedQueryError, ViewExistsError,
+)
+
+DB = "ivm_errors"
+CATALOG_CONF = "spark.ivm.catalog"
+WITNESS_QUERY = "SELECT g, COUNT(*) AS n, SUM(v) AS s FROM base GROUP BY g"
+
+
+def row_key(row: tuple) -> tuple:
+    """Sort key of a row: NULLs first in every column, then the values."""
+    return tuple((v is not None, v) for v in row)
+
+
+def rows(df) -> list[tuple]:
+    return sorted((tuple(r) for r in df.collect()), key=row_key)
+
+
+def schema(df):
+    return [(f.name, f.dataType) for f in df.schema.fields]
+
+
+def assert_view_is_query(spark, view: str, query: str) -> list[tuple]:
+    got, want = spark.table(view), spark.sql(query)
+    assert schema(got) == schema(want)
+    got_rows = rows(got)
+    assert got_rows == rows(want)
+    return got_rows
+
+
+def shown(spark) -> dict[str, object]:
+    return {r["name"]: r for r in spark.sql("SHOW INCREMENTAL VIEWS").collect()}
+
+
+@pytest.fixture(scope="module")
+def db(spark):
+    spark_ivm.enable(spark)
+    previous = spark.conf.get(CATALOG_CONF, None)
+    spark.sql(f"CREATE DATABASE {DB}")
+    spark.conf.set(CATALOG_CONF, f"{DB}.views")
+    spark.sql(f"USE {DB}")
+    spark.sql("CREATE TABLE t (g STRING, v INT) USING delta")
+    spark.sql("CREATE TABLE u (g STRING, w INT) USING delta")
+    spark.sql("INSERT INTO t VALUES ('a', 1), ('b', 2)")
+    spark.sql("INSERT INTO u VALUES ('a', 10)")
+    spark.sql("CREATE TABLE base (g STRING, v INT) USING delta")
+    spark.sql("INSERT INTO base VALUES ('x', 1), ('y', 2), (NULL, 3)")
+    spark.sql(f"CREATE INCREMENTAL VIEW witness AS {WITNESS_QUERY}")
+    yield DB
+    spark.sql("USE default")
+    if previous is None:
+        spark.conf.unset(CATALOG_CONF)
+    else:
+        spark.conf.set(CATALOG_CONF, previous)
+
+
+@pytest.fixture
+def ivm(spark, db):
+    spark.sql(f"USE {db}")
+    yield spark
+    spark.sql("USE default")
+
+
+def assert_nothing_left(spark, name: str) -> None:
+    """A failed CREATE of `name` left no trace, and the witness view is still listed and healthy."""
+    assert not spark.catalog.tableExists(name), f"{name} was left behind"
+    assert not spark.catalog.tableExists(f"{name}__ivm_maps"), f"{name}__ivm_maps was left behind"
+    warehouse = spark.conf.get("spark.sql.warehouse.dir").removeprefix("file:")
+    assert not (Path(warehouse) / f"{DB}.db" / f"{name}__ivm_maps").exists()
+    listed = shown(spark)
+    assert f"{DB}.{name}" not in listed
+    assert listed[f"{DB}.witness"]["state"] == "ok"
+
+
+def create_fails(spark, name: str, query: str, error: type[Exception]) -> Exception:
+    with pytest.raises(error) as info:
+        spark.sql(f"CREATE INCREMENTAL VIEW {name} AS {query}")
+    assert isinstance(info.value, IVMError)
+    assert_nothing_left(spark, name)
+    return info.value
+
+
+# -- CREATE ----------------------------------------------------------------------------------------
+def test_unknown_table(ivm):
+    e = create_fails(ivm, "bad", "SELECT g, SUM(v) AS s FROM nosuch GROUP BY g", UnknownTableError)
+    assert "nosuch" in str(e)
+
+
+def test_unknown_column(ivm):
+    e = create_fails(ivm, "bad", "SELECT g, SUM(zz) AS s FROM t GROUP BY g", UnknownColumnError)
+    assert "zz" in str(e)
+
+
+def test_duplicate_view_name(ivm):
+    spark = ivm
+    with pytest.raises(ViewExistsError, match="witness"):
+        spark.sql("CREATE INCREMENTAL VIEW witness AS SELECT g FROM t")
+    assert spark.table("witness").columns == ["g", "n", "s"]  # still the first definition
+
+    # a plain table of that name
+    with pytest.raises(ViewExistsError, match=r"\bt\b"):
+        spark.sql("CREATE INCREMENTAL VIEW t AS SELECT g, COUNT(*) AS n FROM u GROUP BY g")
+    assert rows(spark.table("t")) == [("a", 1), ("b", 2)]
+    assert not spark.catalog.tableExists("t__ivm_maps")
+
+    # a plain Spark view of that name
+    spark.sql("CREATE VIEW plain AS SELECT g FROM t")
+    with pytest.raises(ViewExistsError, match="plain"):
+        spark.sql("CREATE INCREMENTAL VIEW plain AS SELECT g, COUNT(*) AS n FROM u GROUP BY g")
+    assert rows(spark.table("plain")) == [("a",), ("b",)]
+    assert not spark.catalog.tableExists("plain__ivm_maps")
+    listed = shown(spark)
+    assert f"{DB}.t" not in listed and f"{DB}.plain" not in listed
+
+
+def test_unknown_view(ivm):
+    spark = ivm
+    for statement in ("REFRESH INCREMENTAL VIEW nosuch", "REFRESH INCREMENTAL VIEW nosuch FULL",
+                      "DROP INCREMENTAL VIEW nosuch", "EXPLAIN INCREMENTAL VIEW nosuch"):
+        with pytest.raises(UnknownViewError, match="nosuch"):
+            spark.sql(statement)
+    spark.sql("DROP INCREMENTAL VIEW IF EXISTS nosuch")  # silent
+    # a plain table is not an incremental view: not refreshed, not dropped
+    with pytest.raises(UnknownViewError, match=r"\bt\b"):
+        spark.sql("REFRESH INCREMENTAL VIEW t")
+    with pytest.raises(UnknownViewError, match=r"\bt\b"):
+        spark.sql("DROP INCREMENTAL VIEW t")
+    assert spark.catalog.tableExists("t")
+
+
+def test_syntax_error_has_a_position(ivm):
+    e = create_fails(ivm, "bad", "SELECT g, SUM(v FROM t GROUP BY g", ParseError)
+    assert isinstance(e.line, int) and isinstance(e.column, int)
+    assert f"line {e.line}" in str(e) and f"column {e.column}" in str(e)
+
+
+def test_syntax_error_position_is_in_the_statement(ivm):
+    """Line and column count in the text given to spark.sql, not in the query after AS."""
+    statement = ("CREATE INCREMENTAL VIEW bad AS\n"
+                 "  SELECT g, SUM(v) AS s\n"
+                 "  FROM t WHERE (v > 1 GROUP BY g")
+    with pytest.raises(ParseError) as info:
+        ivm.sql(statement)
+    lines = statement.split("\n")
+    assert info.value.line == 3, f"{info.value} points at line {info.value.line}: {lines[info.value.line - 1]!r}"
+    assert 1 <= info.value.column <= len(lines[2]) + 1
+    assert_nothing_left(ivm, "bad")
+
+
+def test_syntax_error_found_only_by_spark_is_a_parse_error(ivm):
+    """A query sqlglot accepts but Spark's parser rejects is still a spark_ivm.ParseError."""
+    e = create_fails(ivm, "bad", "SELECT g,, SUM(v) AS s FROM t GROUP BY g", ParseError)
+    assert e.line is not None and e.column is not None
+
+
+@pytest.mark.parametrize("statement, message", [
+    ("CREATE INCREMENTAL VIEW AS SELECT g FROM t", "CREATE INCREMENTAL VIEW"),
+    ("CREATE INCREMENTAL VIEW bad WITH (colour = 1) AS SELECT g FROM t", "colour"),
+    ("CREATE INCREMENTAL VIEW bad WITH (depth = x) AS SELECT g FROM t", "depth"),
+    ("REFRESH INCREMENTAL VIEW", "REFRESH INCREMENTAL VIEW"),
+    ("REFRESH INCREMENTAL VIEW witness PARTIAL", "PARTIAL"),
+], ids=["no-name", "unknown-option", "bad-depth", "refresh-no-name", "refresh-bad-mode"])
+def test_malformed_statements(ivm, statement, message):
+    with pytest.raises(ParseError) as info:
+        ivm.sql(statement)
+    assert message in str(info.value)
+    assert not ivm.catalog.tableExists("bad")
+
+
+@pytest.mark.parametrize("query, construct", [
+    ("SELECT g, SUM(v) OVER (PARTITION BY g) AS s FROM t", "window function"),
+    ("SELECT t.g, SUM(u.w) AS s FROM t LEFT JOIN u ON t.g = u.g GROUP BY t.g", "LEFT JOIN"),
+    ("SELECT g, STDDEV(v) AS sd FROM t GROUP BY g", "STDDEV"),
+], ids=["window", "left-join", "stddev"])
+def test_unsupported_construct_is_named(ivm, query, construct):
+    e = create_fails(ivm, "bad", query, UnsupportedQueryError)
+    assert construct in e.construct
+    assert construct in str(e)
+
+
+def test_min_is_maintained_or_rejected(ivm):
+    """MIN is either maintained (the view is the query, also after its minimum is deleted) or
+    rejected with an UnsupportedQueryError naming it -- never a raw Spark error, never debris."""
+    spark = ivm
+    query = "SELECT g, MIN(v) AS m, COUNT(*) AS n FROM t GROUP BY g"
+    try:
+        spark.sql(f"CREATE INCREMENTAL VIEW mv AS {query}")
+    except UnsupportedQueryError as e:
+        assert "MIN" in str(e)
+        assert_nothing_left(spark, "mv")
+        return
+    except Exception:
+        assert_nothing_left(spark, "mv")
+        raise
+    try:
+        assert_view_is_query(spark, "mv", query)
+        spark.sql("INSERT INTO t VALUES ('a', 0), ('c', 4)")
+        spark.sql("REFRESH INCREMENTAL VIEW mv")
+        assert assert_view_is_query(spark, "mv", query) == [("a", 0, 2), ("b", 2, 1), ("c", 4, 1)]
+        spark.sql("DELETE FROM t WHERE v = 0 OR g = 'c'")  # the minimum of a goes, c goes
+        spark.sql("REFRESH INCREMENTAL VIEW mv")
+        assert assert_view_is_query(spark, "mv", query) == [("a", 1, 1), ("b", 2, 1)]
+    finally:
+        spark.sql("DROP INCREMENTAL VIEW IF EXISTS mv")
+
+
+def test_non_deterministic_function(ivm):
+    e = create_fails(ivm, "bad", "SELECT g, SUM(v * rand()) AS s FROM t GROUP BY g", NonDeterministicError)
+    assert "rand" in str(e)
+
+
+def test_source_that_is_not_a_delta_table(ivm):
+    spark = ivm
+    spark.sql("CREATE TABLE pq (g STRING, v INT) USING parquet")
+    spark.sql("INSERT INTO pq VALUES ('a', 1)")
+    e = create_fails(spark, "bad", "SELECT g, SUM(v) AS s FROM pq GROUP BY g", IVMError)
+    assert "pq" in str(e)
+    assert rows(spark.table("pq")) == [("a", 1)]
+
+
+# -- REFRESH ---------------------------------------------------------------------------------------
+def test_refresh_after_source_columns_changed_needs_full(ivm):
+    spark = ivm
+    spark.sql("CREATE TABLE s (g STRING, v INT) USING delta")
+    spark.sql("INSERT INTO s VALUES ('a', 1), ('b', 2)")
+    query = "SELECT g, COUNT(*) AS n, SUM(v) AS total FROM s GROUP BY g"
+    spark.sql(f"CREATE INCREMENTAL VIEW sv AS {query}")
+    spark.sql("ALTER TABLE s ADD COLUMNS (x INT)")
+    spark.sql("INSERT INTO s VALUES ('a', 5, 7), ('c', NULL, 1)")
+    with pytest.raises(RefreshError) as info:
+        spark.sql("REFRESH INCREMENTAL VIEW sv")
+    assert "FULL" in str(info.value)
+    assert f"{DB}.s" in str(info.value)
+    assert rows(spark.table("sv")) == [("a", 1, 1), ("b", 1, 2)]  # unchanged, still readable
+
+    full = spark.sql("REFRESH INCREMENTAL VIEW sv FULL").collect()
+    assert len(full) == 1 and full[0]["status"] == "rebuilt"
+    assert assert_view_is_query(spark, "sv", query) == [("a", 2, 6), ("b", 1, 2), ("c", 1, None)]
+    # incremental again after the rebuild
+    spark.sql("DELETE FROM s WHERE g = 'b'")
+    assert spark.sql("REFRESH INCREMENTAL VIEW sv").collect()[0]["status"] == "refreshed"
+    assert assert_view_is_query(spark, "sv", query) == [("a", 2, 6), ("c", 1, None)]
+    spark.sql("DROP INCREMENTAL VIEW sv")
+
+
+def test_refresh_after_change_feed_was_vacuumed(ivm):
+    spark = ivm
+    spark.sql("CREATE TABLE f (g STRING, v INT) USING delta")
+    spark.sql("INSERT INTO f VALUES ('a', 1), ('b', 2)")
+    query = "SELECT g, SUM(v) AS s FROM f GROUP BY g"
+    spark.sql(f"CREATE INCREMENTAL VIEW fv AS {query}")
+    spark.sql("UPDATE f SET v = 10 WHERE g = 'a'")  # change rows go to _change_data files
+    key = "spark.databricks.delta.retentionDurationCheck.enabled"
+    spark.conf.set(key, "false")
+    try:
+        spark.sql("VACUUM f RETAIN 0 HOURS")
+    finally:
+        spark.conf.unset(key)
+    location = spark.sql("DESCRIBE DETAIL f").collect()[0]["location"].removeprefix("file:")
+    cdc = Path(location) / "_change_data"
+    if cdc.exists() and any(p.is_file() for p in cdc.rglob("*")):
+        pytest.skip("VACUUM kept the change data files; cannot produce a vacuumed change feed cheaply")
+
+    with pytest.raises(RefreshError) as info:
+        spark.sql("REFRESH INCREMENTAL VIEW fv")
+    assert "FULL" in str(info.value)
+    assert f"{DB}.f" in str(info.value)
+    spark.sql("REFRESH INCREMENTAL VIEW fv FULL")
+    assert assert_view_is_query(spark, "fv", query) == [("a", 10), ("b", 2)]
+    spark.sql("DROP INCREMENTAL VIEW fv")
+
+
+# -- the other views ---------------------------------------------------------------------------------
+def test_other_views_untouched_and_refreshable(ivm):
+    """Runs last: after all the failures above, the witness view is intact and refreshes."""
+    spark = ivm
+    assert shown(spark)[f"{DB}.witness"]["state"] == "ok"
+    assert_view_is_query(spark, "witness", WITNESS_QUERY)
+    spark.sql("INSERT INTO base VALUES ('x', 4), (NULL, NULL)")
+    spark.sql("DELETE FROM base WHERE g = 'y'")
+    assert spark.sql("REFRESH INCREMENTAL VIEW witness").collect()[0]["status"] == "refreshed"
+    assert assert_view_is_query(spark, "witness", WITNESS_QUERY) == sorted([(None, 2, 3), ("x", 2, 5)], key=row_key)
