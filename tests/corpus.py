@@ -42,7 +42,7 @@ QUERIES = [
     "SELECT SUM(r1.a * r2.b) FROM R r1, R r2 WHERE r1.b = r2.a",
     "SELECT r1.a, COUNT(*) FROM R r1, R r2 WHERE r1.b = r2.b GROUP BY r1.a",
     "SELECT COUNT(*) FROM R r1, R r2, R r3 WHERE r1.b = r2.a AND r2.b = r3.a",
-    "SELECT r1.a, r2.a FROM R r1 JOIN R r2 ON r1.b = r2.b WHERE r1.a < r2.a",
+    "SELECT r1.a AS a1, r2.a AS a2 FROM R r1 JOIN R r2 ON r1.b = r2.b WHERE r1.a < r2.a",
     # derived tables and CTEs
     "SELECT x, COUNT(*) FROM (SELECT a AS x, b FROM R WHERE b > 0) AS sub GROUP BY x",
     "WITH j AS (SELECT R.a, S.c FROM R JOIN S ON R.b = S.b) SELECT c, SUM(a) FROM j GROUP BY c",

@@ -189,6 +189,12 @@ class Engine:
         for table in set(relation_tables.values()):
             source_tables.check_delta_source(self.spark, table)
         output_types = [[f.name, f.dataType.simpleString()] for f in self.spark.sql(sql).schema.fields]
+        names = [n.lower() for n, _ in output_types]
+        repeated = sorted({n for n in names if names.count(n) > 1})
+        if repeated:
+            # A Spark view cannot have two columns of one name; the query alone could.
+            raise UnsupportedQueryError(f"two output columns named {repeated[0]}",
+                                        detail="give the columns distinct aliases")
         versions = {t: source_tables.current_version(self.spark, t) for t in set(relation_tables.values())}
         source_columns = {t: [[f.name, f.dataType.simpleString()] for f in self.spark.table(t).schema.fields]
                           for t in set(relation_tables.values())}
