@@ -13,8 +13,8 @@ its own (embedded Derby admits one process per warehouse):
    "up to date".
 
 The pipelines of the steps are independent, so a module fixture runs them side by side (each is two
-Spark processes in a row) and every parametrized test checks its own step's outcome. These tests run
-in CI: nothing here is skipped or needs a marker to be selected.
+Spark processes in a row) and every parametrized test checks its own step's outcome. Nothing here is
+skipped; the module carries the `runtime` marker (select it with `-m runtime`).
 """
 
 from __future__ import annotations
