@@ -2,6 +2,12 @@
 
 Batches carry signed multiplicities, so Δ(A·B) keeps its second-order term ΔA·ΔB: a batch of a
 self-joined relation joins with itself. Every delta reads the database as it was before the batch.
+
+A lift of a nested aggregate (a scalar subquery, an EXISTS count, an outer join's match count) is not
+linear: its delta is the lift of the new value minus the lift of the old one,
+`(v ^= t + Δt) − (v ^= t)`, which is 0 wherever Δt is 0. It is therefore restricted to the domain
+`Exists(Δt)`, the keys (correlation variables) whose nested value the batch changes, so that a
+statement re-evaluates the outer part only for those keys. An existence test is treated alike.
 """
 
 from __future__ import annotations
@@ -9,7 +15,7 @@ from __future__ import annotations
 from spark_ivm.analysis import transform_up
 from spark_ivm.calculus import (
     ZERO, AggSum, Cmp, Const, DeltaRel, Exists, Expr, Fn, Lift, MapRef, Prod, Rel, Sum, Var,
-    aggsum, neg, prod, sum_,
+    aggsum, exists, lift, neg, prod, sum_,
 )
 
 
@@ -29,9 +35,21 @@ def delta(e: Expr, relation: str) -> Expr:
         return aggsum(e.group, delta(e.expr, relation))
     if not _reads(e, relation):
         return ZERO
+    if isinstance(e, Lift):
+        return _restricted_change(e.expr, relation, lambda t: lift(e.var, t))
+    if isinstance(e, Exists):
+        return _restricted_change(e.expr, relation, exists)
     # Lifts, existence tests, comparisons and functions of nested aggregates are not linear:
     # their delta is the expression on the new database minus the expression on the old one.
     return sum_(post_update(e, relation), neg(e))
+
+
+def _restricted_change(body: Expr, relation: str, wrap) -> Expr:
+    """Exists(Δbody) * (wrap(body + Δbody) − wrap(body))."""
+    d_body = delta(body, relation)
+    if d_body == ZERO:
+        return ZERO
+    return prod(exists(d_body), sum_(wrap(sum_(body, d_body)), neg(wrap(body))))
 
 
 def _delta_product(factors: tuple[Expr, ...], relation: str) -> Expr:
