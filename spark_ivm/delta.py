@@ -35,30 +35,80 @@ def delta(e: Expr, relation: str) -> Expr:
         return aggsum(e.group, delta(e.expr, relation))
     if not _reads(e, relation):
         return ZERO
-    if isinstance(e, Lift):
-        return _restricted_change(e.expr, relation, lambda t: lift(e.var, t))
-    if isinstance(e, Exists):
-        return _restricted_change(e.expr, relation, exists)
+    if isinstance(e, (Lift, Exists)):
+        return _block_change((_nested_change(e, relation),))
     # Lifts, existence tests, comparisons and functions of nested aggregates are not linear:
     # their delta is the expression on the new database minus the expression on the old one.
     return sum_(post_update(e, relation), neg(e))
 
 
-def _restricted_change(body: Expr, relation: str, wrap) -> Expr:
-    """Exists(Δbody) * (wrap(body + Δbody) − wrap(body))."""
-    d_body = delta(body, relation)
-    if d_body == ZERO:
+class _NestedChange:
+    """A nested factor's body, its delta, and how to rebuild the factor around a body."""
+
+    def __init__(self, body: Expr, d_body: Expr, wrap):
+        self.body, self.d_body, self.wrap = body, d_body, wrap
+
+    def old(self) -> Expr:
+        return self.wrap(self.body)
+
+    def new(self) -> Expr:
+        return self.wrap(sum_(self.body, self.d_body))
+
+
+def _block_change(changes) -> Expr:
+    """The delta of a product of adjacent nested factors, taken as one: the new product minus the old
+    one, on the union of their domains (a sum of existence tests, so nothing cancels). Taken factor by
+    factor, the product rule would give 2^k − 1 terms for k lifts (a SUM's value and its count)."""
+    domains = [exists(c.d_body) for c in changes if c.d_body != ZERO]
+    if not domains:
         return ZERO
-    return prod(exists(d_body), sum_(wrap(sum_(body, d_body)), neg(wrap(body))))
+    domain = domains[0] if len(domains) == 1 else exists(sum_(*domains))
+    return prod(domain, sum_(prod(*(c.new() for c in changes)), neg(prod(*(c.old() for c in changes)))))
+
+
+def _nested_change(f: Expr, relation: str) -> "_NestedChange | None":
+    if isinstance(f, Lift) and _reads(f, relation):
+        return _NestedChange(f.expr, delta(f.expr, relation), lambda t, v=f.var: lift(v, t))
+    if isinstance(f, Exists) and _reads(f, relation):
+        return _NestedChange(f.expr, delta(f.expr, relation), exists)
+    return None
 
 
 def _delta_product(factors: tuple[Expr, ...], relation: str) -> Expr:
-    head, rest = factors[0], factors[1:]
-    d_head = delta(head, relation)
+    units = _units(factors, relation)
+    return _delta_units(units, relation)
+
+
+def _units(factors, relation: str) -> list[tuple[Expr, ...]]:
+    """The factors with each run of adjacent nested factors that read the relation as one unit."""
+    units: list[tuple[Expr, ...]] = []
+    run: list[Expr] = []
+    for f in factors:
+        if _nested_change(f, relation) is not None:
+            run.append(f)
+            continue
+        if run:
+            units.append(tuple(run))
+            run = []
+        units.append((f,))
+    if run:
+        units.append(tuple(run))
+    return units
+
+
+def _delta_unit(unit: tuple[Expr, ...], relation: str) -> Expr:
+    if len(unit) == 1:
+        return delta(unit[0], relation)
+    return _block_change([_nested_change(f, relation) for f in unit])
+
+
+def _delta_units(units: list[tuple[Expr, ...]], relation: str) -> Expr:
+    head, rest = prod(*units[0]), units[1:]
+    d_head = _delta_unit(units[0], relation)
     if not rest:
         return d_head
-    tail = prod(*rest)
-    d_tail = _delta_product(rest, relation)
+    tail = prod(*(f for unit in rest for f in unit))
+    d_tail = _delta_units(rest, relation)
     return sum_(prod(d_head, tail), prod(head, d_tail), prod(d_head, d_tail))
 
 
