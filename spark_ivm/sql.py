@@ -257,6 +257,8 @@ def _construct_problem(source: SqlSource, node: exp.Expression) -> UnsupportedQu
         return source.unsupported("recursive CTE", node, "RECURSIVE")
     if isinstance(node, exp.Filter):
         return source.unsupported("aggregate FILTER", node, "FILTER", where="inside")
+    if isinstance(node, exp.All):
+        return source.unsupported("ALL subquery", node, "ALL")
     construct = _CLAUSES.get(type(node))
     if construct:
         return source.unsupported(construct, node, construct)

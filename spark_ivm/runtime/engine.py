@@ -163,7 +163,8 @@ class Engine:
     # -- CREATE --------------------------------------------------------------------------------------
     def create(self, stmt: CreateView) -> None:
         name = self.qualify(stmt.name)
-        if any(e.name == name for e in self._entries()):
+        entries = self._entries()
+        if any(e.name == name for e in entries):
             if stmt.if_not_exists:
                 return
             raise ViewExistsError(f"incremental view {name} already exists")
@@ -176,7 +177,8 @@ class Engine:
             if not {"map_id", "src", "src_version"} <= columns:
                 raise IVMError(f"{store} exists and is not a map store; choose another store name")
         try:
-            entry = self._build(name, stmt.query, stmt.options, store, stmt.positioned_query or stmt.query)
+            entry = self._build(name, stmt.query, stmt.options, store, stmt.positioned_query or stmt.query,
+                                entries)
             self._save_entry(entry, new=True)
         except BaseException:
             self._remove_objects(name, store, keep_store=not new_store)
@@ -189,7 +191,8 @@ class Engine:
     def _store_members(self, store: str, entries=None) -> list[ViewEntry]:
         return [e for e in (self._entries() if entries is None else entries) if e.store == store]
 
-    def _build(self, name: str, sql: str, options: dict, store: str, positioned_sql: str | None = None) -> ViewEntry:
+    def _build(self, name: str, sql: str, options: dict, store: str, positioned_sql: str | None = None,
+               entries: list[ViewEntry] | None = None) -> ViewEntry:
         positioned_sql = positioned_sql or sql
         tables = source_tables.referenced_tables(positioned_sql)
         schemas, qualified = {}, {}
@@ -214,7 +217,14 @@ class Engine:
         source_columns = {t: [[f.name, f.dataType.simpleString()] for f in self.spark.table(t).schema.fields]
                           for t in set(relation_tables.values())}
 
-        sources = self._sources(relation_tables, source_columns, versions, layout=None, store_version=None)
+        with _RefreshRun(self.spark) as run:
+            return self._build_store(name, sql, options, store, plan, relation_tables, source_columns,
+                                     output_types, versions, run, entries)
+
+    def _build_store(self, name, sql, options, store, plan, relation_tables, source_columns, output_types,
+                     versions, run: "_RefreshRun", entries=None) -> ViewEntry:
+        """Compute the maps from the sources as of `versions` into the store; the view's entry."""
+        sources = self._sources(relation_tables, source_columns, versions, None, None, run)
         computed = {}
         for m in plan.maps:
             df = self.spark.sql(statement_sql(m.definition, m.keys, sources))
@@ -226,7 +236,7 @@ class Engine:
             for k in m.keys:
                 key_types.setdefault(k, fields[k])
             value_types[m.name] = _value_type(fields[VALUE])
-        layout = self._allocate(store, name, plan, key_types, value_types)
+        layout = self._allocate(store, name, plan, key_types, value_types, entries)
         parts = [layout.rows_sql(m.name, statement_sql(m.definition, m.keys, sources)) for m in plan.maps]
         parts.append(layout.progress_sql(versions))
         if not self.spark.catalog.tableExists(store):
@@ -244,11 +254,11 @@ class Engine:
         return entry
 
     def _allocate(self, store: str, name: str, plan: Plan, key_types: dict[str, str],
-                  value_types: dict[str, str]) -> StoreLayout:
+                  value_types: dict[str, str], entries: list[ViewEntry] | None = None) -> StoreLayout:
         """The view's place in its store: map ids and a progress id no other view of the store uses, and
         a store column per key variable (`k_<var>`, or `k_<var>_<type>` if another view has `k_<var>`
         with another type)."""
-        members = [e for e in self._store_members(store) if e.name != name]
+        members = [e for e in self._store_members(store, entries) if e.name != name]
         taken = {}
         if self.spark.catalog.tableExists(store):
             taken = {f.name: f.dataType.simpleString() for f in self.spark.table(store).schema.fields}
@@ -296,20 +306,20 @@ class Engine:
                 log.warning("cleanup of %s failed: %s", name, exc)
 
     # -- sources ---------------------------------------------------------------------------------------
-    def _sources(self, relation_tables, source_columns, versions, layout, store_version, deltas=None,
-                 pending=None) -> Sources:
+    def _sources(self, relation_tables, source_columns, versions, layout, store_version, run: "_RefreshRun",
+                 deltas=None, pending=None) -> Sources:
         deltas = deltas or {}
         pending = pending or {}
 
         def relation(rel: str) -> str:
             table = relation_tables[rel]
-            return f"{table} VERSION AS OF {versions[table]}"
+            return run.pinned(table, versions[table])
 
         def delta(rel: str) -> str:
             return deltas[rel]
 
         def map_sql(map_name: str) -> str:
-            base = layout.read_map_sql(map_name, store_version)
+            base = layout.read_map_sql(map_name, run.pinned(layout.table, store_version))
             extra = pending.get(map_name)
             if not extra:
                 return base
@@ -401,10 +411,10 @@ class Engine:
             batch_view = run.batch(table, applied[table] + 1, targets[table], entry.source_columns[table])
             relations = [r for r, t in entry.sources.items() if t == table]
             sources = self._sources(entry.sources, entry.source_columns, versions, entry.layout, store_version,
-                                    {r: batch_view for r in relations}, pending)
+                                    run, {r: batch_view for r in relations}, pending)
             # A re-evaluation (:=) computes the map's new contents, so it reads this source after its batch.
             after = self._sources(entry.sources, entry.source_columns, {**versions, table: targets[table]},
-                                  entry.layout, store_version, {r: batch_view for r in relations}, pending)
+                                  entry.layout, store_version, run, {r: batch_view for r in relations}, pending)
             step = [(s.target, self._statement_increments(entry, s, after if s.op == ":=" else sources))
                     for rel in relations if entry.plan.trigger(rel)
                     for s in entry.plan.trigger(rel).statements]
@@ -548,6 +558,7 @@ class _RefreshRun:
         self.run_id = uuid.uuid4().hex[:8]
         self.versions: dict[str, int] = {}
         self.batches: dict[tuple, str] = {}
+        self.pins: dict[tuple, str] = {}
         self.temporary: list[str] = []
 
     def __enter__(self) -> "_RefreshRun":
@@ -572,6 +583,18 @@ class _RefreshRun:
 
     def checkpoint(self, sql: str) -> str:
         return self.temp_view(sql, checkpoint=True)
+
+    def pinned(self, table: str, version: int) -> str:
+        """A temporary view of the table as of a version. Every statement that reads the table reads
+        the view, so Delta resolves that version's snapshot once, not once per reference."""
+        key = (table, version)
+        if key not in self.pins:
+            name = f"__ivm_{self.run_id}_{len(self.temporary)}"
+            self.spark.read.format("delta").option("versionAsOf", version).table(table) \
+                .createOrReplaceTempView(name)
+            self.temporary.append(name)
+            self.pins[key] = name
+        return self.pins[key]
 
     def batch(self, table: str, start: int, end: int, columns) -> str:
         key = (table, start, end)

@@ -99,12 +99,12 @@ class StoreLayout:
                                   + list(self.value_columns)
                                   + [("src", "string"), ("src_version", "bigint")]))
 
-    def read_map_sql(self, name: str, version: int | None = None) -> str:
-        """A map as `key columns (named by the map's keys), __v`, from the store (at a version)."""
+    def read_map_sql(self, name: str, store: str | None = None) -> str:
+        """A map as `key columns (named by the map's keys), __v`, from the store (or from `store`, a
+        table expression of the store's rows, e.g. a pinned version)."""
         m = self.map(name)
-        at = f" VERSION AS OF {version}" if version is not None else ""
         cols = [f"{self.key_column(k)} AS {quote(k)}" for k in m.keys] + [f"{m.value_column} AS {VALUE}"]
-        return f"(SELECT {', '.join(cols)} FROM {self.table}{at} WHERE map_id = {m.map_id})"
+        return f"(SELECT {', '.join(cols)} FROM {store or self.table} WHERE map_id = {m.map_id})"
 
     def rows_sql(self, name: str, increments_sql: str, store: StoreColumns | None = None) -> str:
         """Rows of the store's shape from `increments_sql` (key columns named by the map's keys, __v)."""
