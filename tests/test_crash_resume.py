@@ -14,7 +14,7 @@ its own (embedded Derby admits one process per warehouse):
 
 The pipelines of the steps are independent, so a module fixture runs them side by side (each is two
 Spark processes in a row) and every parametrized test checks its own step's outcome. Nothing here is
-skipped; the module carries the `runtime` marker (`-m runtime` selects the end-to-end suites alone).
+skipped; the module carries the `runtime` marker (select it with `-m runtime`).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from pathlib import Path
 
 import pytest
 
-# End-to-end runtime suite (marker `runtime`): part of `./build.sh test`; `-m runtime` selects these alone.
+# End-to-end runtime suites: run with `./build.sh test -m runtime` (see pyproject.toml).
 pytestmark = pytest.mark.runtime
 
 import spark_ivm.runtime.engine as engine

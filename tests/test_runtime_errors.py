@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-# End-to-end runtime suite (marker `runtime`): part of `./build.sh test`; `-m runtime` selects these alone.
+# End-to-end runtime suites: run with `./build.sh test -m runtime` (see pyproject.toml).
 pytestmark = pytest.mark.runtime
 
 import spark_ivm
