@@ -237,17 +237,17 @@ class Engine:
                 key_types.setdefault(k, fields[k])
             value_types[m.name] = _value_type(fields[VALUE])
         layout = self._allocate(store, name, plan, key_types, value_types, entries)
-        parts = [layout.rows_sql(m.name, statement_sql(m.definition, m.keys, sources)) for m in plan.maps]
-        parts.append(layout.progress_sql(versions))
-        if not self.spark.catalog.tableExists(store):
+        new_store = not self.spark.catalog.tableExists(store)
+        store_columns = layout.columns if new_store else self._extend_store(store, layout)
+        rows = " UNION ALL ".join(
+            [layout.rows_sql(m.name, statement_sql(m.definition, m.keys, sources), store_columns)
+             for m in plan.maps] + [layout.progress_sql(versions, store_columns)])
+        if new_store:
             self.spark.sql(
                 f"CREATE TABLE {store} USING delta TBLPROPERTIES ('delta.enableDeletionVectors' = 'true', "
-                f"'delta.enableChangeDataFeed' = 'false') AS " + " UNION ALL ".join(parts))
+                f"'delta.enableChangeDataFeed' = 'false') AS {rows}")
         else:
-            store_columns = self._extend_store(store, layout)
-            parts = [layout.rows_sql(m.name, statement_sql(m.definition, m.keys, sources), store_columns)
-                     for m in plan.maps] + [layout.progress_sql(versions, store_columns)]
-            self.spark.sql(f"INSERT INTO {store} " + " UNION ALL ".join(parts))
+            self.spark.sql(f"INSERT INTO {store} {rows}")
         entry = ViewEntry(name, sql, options, plan, layout, relation_tables, source_columns, output_types,
                           time.time(), self.spark.catalog.currentDatabase())
         self.spark.sql(f"CREATE VIEW {name} AS {read_view_sql(entry)}")
@@ -360,7 +360,7 @@ class Engine:
         started = time.perf_counter()
         store = entries[0].store
         store_version = source_tables.current_version(self.spark, store)
-        progress = self._progress(store, store_version)
+        progress = self._progress(run.pinned(store, store_version))
         _crash_point("after_progress")
         store_columns = self._store_columns(store)
         stats: dict[str, dict] = {}
@@ -369,7 +369,7 @@ class Engine:
             applied = self._applied(entry, progress)
             targets = {t: run.version(t) for t in set(entry.sources.values())}
             for table in targets:
-                self._check_source_schema(entry, table)
+                self._check_source_schema(entry, table, run.columns(table))
             changed = [t for t in _ordered_tables(entry) if targets[t] > applied[t]]
             if not changed:
                 stats[entry.name] = self._stats(entry, "up to date", applied, 0, started)
@@ -465,11 +465,10 @@ class Engine:
                     conf.set(k, v)
         return int(result[0]["num_affected_rows"]) if result else 0
 
-    def _progress(self, store: str, store_version: int) -> dict[int, dict[str, int]]:
-        """Progress id -> {source table: last version applied}, for every view of the store."""
-        rows = self.spark.sql(
-            f"SELECT map_id, src, src_version FROM {store} VERSION AS OF {store_version} "
-            f"WHERE map_id < 0").collect()
+    def _progress(self, store_rows: str) -> dict[int, dict[str, int]]:
+        """Progress id -> {source table: last version applied}, for every view of the store, from
+        `store_rows` (the store as of the version the refresh pins)."""
+        rows = self.spark.sql(f"SELECT map_id, src, src_version FROM {store_rows} WHERE map_id < 0").collect()
         progress: dict[int, dict[str, int]] = {}
         for r in rows:
             progress.setdefault(r["map_id"], {})[r["src"]] = r["src_version"]
@@ -484,10 +483,11 @@ class Engine:
                                f"run REFRESH INCREMENTAL VIEW {entry.name} FULL")
         return applied
 
-    def _check_source_schema(self, entry: ViewEntry, table: str) -> None:
-        if not self.spark.catalog.tableExists(table):
+    @staticmethod
+    def _check_source_schema(entry: ViewEntry, table: str, now: list[list[str]] | None) -> None:
+        """`now`: the table's [[column, type], …] at this refresh, None when it no longer exists."""
+        if now is None:
             raise RefreshError(f"source table {table} of view {entry.name} no longer exists")
-        now = [[f.name, f.dataType.simpleString()] for f in self.spark.table(table).schema.fields]
         if now != entry.source_columns[table]:
             raise RefreshError(
                 f"the columns of source table {table} changed since view {entry.name} was built "
@@ -529,8 +529,7 @@ class Engine:
         rows = []
         for e in self._entries():
             try:
-                version = source_tables.current_version(self.spark, e.store)
-                applied = self._applied(e, self._progress(e.store, version))
+                applied = self._applied(e, self._progress(e.store))
                 state = "ok"
             except Exception as exc:  # a broken view is listed, not hidden
                 applied, state = {}, f"error: {exc}"
@@ -550,8 +549,9 @@ class Engine:
 
 
 class _RefreshRun:
-    """What the views of one REFRESH statement share: each source's version, looked up once; each
-    source's consolidated batch, computed once; and the temporary views, dropped at the end."""
+    """What the views of one REFRESH (or CREATE) statement share: each source's version and columns,
+    looked up once; each source's consolidated batch and each pinned table version, resolved once;
+    and the temporary views, dropped at the end."""
 
     def __init__(self, spark):
         self.spark = spark
@@ -559,6 +559,7 @@ class _RefreshRun:
         self.versions: dict[str, int] = {}
         self.batches: dict[tuple, str] = {}
         self.pins: dict[tuple, str] = {}
+        self.schemas: dict[str, list[list[str]] | None] = {}
         self.temporary: list[str] = []
 
     def __enter__(self) -> "_RefreshRun":
@@ -573,13 +574,23 @@ class _RefreshRun:
             self.versions[table] = source_tables.current_version(self.spark, table)
         return self.versions[table]
 
-    def temp_view(self, sql: str, checkpoint: bool = False) -> str:
+    def columns(self, table: str) -> list[list[str]] | None:
+        """The table's [[column, type], …] now, or None when it does not exist."""
+        if table not in self.schemas:
+            self.schemas[table] = ([[f.name, f.dataType.simpleString()] for f in self.spark.table(table).schema.fields]
+                                   if self.spark.catalog.tableExists(table) else None)
+        return self.schemas[table]
+
+    def _register(self, df) -> str:
         name = f"__ivm_{self.run_id}_{len(self.temporary)}"
-        df = self.spark.sql(sql)
-        # Checkpointed, not cached: Delta refuses a MERGE whose source plan holds cached parts.
-        (df.localCheckpoint() if checkpoint else df).createOrReplaceTempView(name)
+        df.createOrReplaceTempView(name)
         self.temporary.append(name)
         return name
+
+    def temp_view(self, sql: str, checkpoint: bool = False) -> str:
+        df = self.spark.sql(sql)
+        # Checkpointed, not cached: Delta refuses a MERGE whose source plan holds cached parts.
+        return self._register(df.localCheckpoint() if checkpoint else df)
 
     def checkpoint(self, sql: str) -> str:
         return self.temp_view(sql, checkpoint=True)
@@ -589,11 +600,7 @@ class _RefreshRun:
         the view, so Delta resolves that version's snapshot once, not once per reference."""
         key = (table, version)
         if key not in self.pins:
-            name = f"__ivm_{self.run_id}_{len(self.temporary)}"
-            self.spark.read.format("delta").option("versionAsOf", version).table(table) \
-                .createOrReplaceTempView(name)
-            self.temporary.append(name)
-            self.pins[key] = name
+            self.pins[key] = self._register(self.spark.read.format("delta").option("versionAsOf", version).table(table))
         return self.pins[key]
 
     def batch(self, table: str, start: int, end: int, columns) -> str:
