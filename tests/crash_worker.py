@@ -1,22 +1,25 @@
 """Subprocess worker for the persistence and crash/resume tests (not a test module).
 
     python crash_worker.py WAREHOUSE setup [--crash-at STEP]
-    python crash_worker.py WAREHOUSE verify [--show]
+    python crash_worker.py WAREHOUSE verify [--show] [--crash-at STEP --round N]
 
 Each run starts its own local Spark session on WAREHOUSE (embedded Derby admits one process per
-warehouse, so the tests never use the pytest session's warehouse here) and prints one line
-``RESULT <json>`` on stdout.
+warehouse, so the tests never use the pytest session's warehouse here) and prints its findings as
+lines ``TAG <json>`` on stdout.
 
 setup: creates database ``p``, two Delta tables with NULLs in keys and values, and the incremental
 view ``p.v`` (a join + group-by over the tables named unqualified, after ``USE p``), then applies
 INSERT/DELETE/UPDATE to both tables without refreshing. It prints ``CREATED <json>`` (the view's
-and the query's rows right after CREATE) as soon as it has them. With ``--crash-at STEP`` it then
-runs REFRESH with ``SPARK_IVM_CRASH_AT=STEP``: the runtime is expected to end the process with
-``os._exit(17)``; if REFRESH returns instead, the worker prints the result and exits 0 (the test
-then fails on the exit code).
+and the query's rows right after CREATE) as soon as it has them, and ``RESULT <json>`` at the end.
 
 verify: reads the view as it is, runs REFRESH, reads the view and the defining query, runs REFRESH
-again; reports all of it (and, with ``--show``, SHOW INCREMENTAL VIEWS and EXPLAIN).
+again; prints all of it as ``RESULT <json>`` (with ``--show`` also SHOW INCREMENTAL VIEWS and
+EXPLAIN). With ``--crash-at STEP --round N`` it then changes both tables again (the changes of
+round N) and prints ``CREATED <json>`` (the view and the query before that refresh), like setup.
+
+With ``--crash-at STEP`` either mode ends by running REFRESH with ``SPARK_IVM_CRASH_AT=STEP``: the
+runtime is expected to end the process with ``os._exit(17)``; if REFRESH returns instead, the worker
+prints ``REFRESHED <json>`` and exits 0 (the test then fails on the exit code).
 """
 
 from __future__ import annotations
@@ -43,6 +46,21 @@ CHANGES = [
     "INSERT INTO c VALUES (5, NULL), (6, 'south')",
     "UPDATE o SET ck = 6 WHERE ok = 10",
 ]
+
+
+def changes(round_no: int) -> list[str]:
+    """The changes before the refresh of a round (round 0: CHANGES); each round alters the view."""
+    if round_no == 0:
+        return CHANGES
+    r = round_no
+    return [
+        f"INSERT INTO c VALUES ({10 + r}, 'r{r}'), (NULL, 'r{r}')",
+        f"INSERT INTO o VALUES ({30 + r}, {10 + r}, {r}), ({40 + r}, {r}, NULL), ({40 + r}, {r}, NULL)",
+        f"UPDATE o SET amt = amt + {r} WHERE ok = 15",
+        f"DELETE FROM o WHERE ok = {30 + r - 1}",
+    ]
+
+
 CRASH_ENV = "SPARK_IVM_CRASH_AT"
 
 
@@ -72,6 +90,8 @@ def main(argv: list[str]) -> int:
     spark = spark_ivm.session(warehouse=warehouse, log_level="ERROR")
     spark_ivm.enable(spark)
     out: dict = {}
+    crash_at = rest[rest.index("--crash-at") + 1] if "--crash-at" in rest else None
+    round_no = int(rest[rest.index("--round") + 1]) if "--round" in rest else 0
     if mode == "setup":
         spark.sql(f"CREATE DATABASE {DB}")
     spark.sql(f"USE {DB}")
@@ -79,16 +99,6 @@ def main(argv: list[str]) -> int:
         for s in SETUP:
             spark.sql(s)
         spark.sql(f"CREATE INCREMENTAL VIEW {VIEW} AS {QUERY}")
-        out["created_view"] = rows(spark.table(VIEW))
-        out["created_query"] = rows(spark.sql(QUERY))
-        # printed now: a crash below ends the process before RESULT
-        print("CREATED " + json.dumps(out), flush=True)
-        for s in CHANGES:
-            spark.sql(s)
-        if rest[:1] == ["--crash-at"]:
-            os.environ[CRASH_ENV] = rest[1]
-            out["refresh"] = _refresh(spark)  # should not return
-            os.environ.pop(CRASH_ENV, None)
     elif mode == "verify":
         out["before_view"] = rows(spark.table(VIEW))
         out["refresh1"] = _refresh(spark)
@@ -100,9 +110,23 @@ def main(argv: list[str]) -> int:
         if "--show" in rest:
             out["show"] = [r.asDict(recursive=True) for r in spark.sql("SHOW INCREMENTAL VIEWS").collect()]
             out["explain"] = spark.sql(f"EXPLAIN INCREMENTAL VIEW {VIEW}").collect()[0]["plan"]
+        print("RESULT " + json.dumps(out), flush=True)
+        if crash_at is None:
+            spark.stop()
+            return 0
     else:
         raise SystemExit(f"unknown mode {mode!r}")
-    print("RESULT " + json.dumps(out), flush=True)
+    created = {"created_view": rows(spark.table(VIEW)), "created_query": rows(spark.sql(QUERY))}
+    # printed now: a crash below ends the process before anything else
+    print("CREATED " + json.dumps(created), flush=True)
+    for s in changes(round_no):
+        spark.sql(s)
+    if crash_at is not None:
+        os.environ[CRASH_ENV] = crash_at
+        print("REFRESHED " + json.dumps(_refresh(spark)), flush=True)  # should not return
+        os.environ.pop(CRASH_ENV, None)
+    if mode == "setup":
+        print("RESULT " + json.dumps({**out, **created}), flush=True)
     spark.stop()
     return 0
 

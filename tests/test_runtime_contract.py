@@ -24,8 +24,8 @@ from pathlib import Path
 
 import pytest
 
-# End-to-end runtime suites: run with `./build.sh test -m runtime` (see pyproject.toml).
-pytestmark = pytest.mark.runtime
+# End-to-end and long (see pyproject.toml): not in ./build.sh test; run with ./build.sh test -m runtime
+pytestmark = [pytest.mark.runtime, pytest.mark.on_demand]
 
 import spark_ivm
 

@@ -12,8 +12,8 @@ from collections import Counter
 
 import pytest
 
-# End-to-end runtime suites: run with `./build.sh test -m runtime` (see pyproject.toml).
-pytestmark = pytest.mark.runtime
+# End-to-end and long (see pyproject.toml): not in ./build.sh test; run with ./build.sh test -m runtime
+pytestmark = [pytest.mark.runtime, pytest.mark.on_demand]
 
 import spark_ivm
 from spark_ivm.compiler import compile_query

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-# End-to-end runtime suites: run with `./build.sh test -m runtime` (see pyproject.toml).
+# End-to-end (see pyproject.toml): part of ./build.sh test; all runtime suites: ./build.sh test -m runtime
 pytestmark = pytest.mark.runtime
 
 import spark_ivm

@@ -15,7 +15,7 @@ import pickle
 import re
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from spark_ivm.compiler import compile_query
 from spark_ivm.errors import (
@@ -364,71 +364,106 @@ class Engine:
         _crash_point("after_progress")
         store_columns = self._store_columns(store)
         stats: dict[str, dict] = {}
-        staged: list[tuple[ViewEntry, dict[str, int], str]] = []
+        work: list[_ViewRefresh] = []
         for entry in entries:
             applied = self._applied(entry, progress)
             targets = {t: run.version(t) for t in set(entry.sources.values())}
             for table in targets:
                 self._check_source_schema(entry, table, run.columns(table))
             changed = [t for t in _ordered_tables(entry) if targets[t] > applied[t]]
-            if not changed:
+            if changed:
+                work.append(_ViewRefresh(entry, applied, targets, changed))
+            else:
                 stats[entry.name] = self._stats(entry, "up to date", applied, 0, started)
-                continue
-            try:
-                increments = self._increments(entry, changed, applied, targets, store_version, store_columns, run)
-                rows = staged_sql(increments, [entry.layout.progress_sql(targets, store_columns)], store_columns)
-                # Materialized once: MERGE would otherwise evaluate the triggers' joins twice (once to find
-                # the files it touches, once to write), each time resolving every pinned version again.
-                staged.append((entry, targets, run.checkpoint(rows)))
-            except IVMError:
-                raise
-            except Exception as exc:
-                raise _refresh_failure(entry, exc) from exc
+        staged = self._staged(work, store_version, store_columns, run) if work else None
         _crash_point("after_deltas")
         if staged:
-            source = run.temp_view(" UNION ALL ".join(f"SELECT * FROM {view}" for _, _, view in staged))
             _crash_point("before_merge")
             try:
-                merged = self._merge(store, store_columns, source, store_version)
+                merged = self._merge(store, store_columns, staged, store_version)
             except Exception as exc:
-                raise _refresh_failure(staged[0][0], exc) from exc
+                raise _refresh_failure(work[0].entry, exc) from exc
             _crash_point("after_merge")
-            for entry, targets, _ in staged:
-                stats[entry.name] = self._stats(entry, "refreshed", targets, merged, started)
+            for w in work:
+                stats[w.entry.name] = self._stats(w.entry, "refreshed", w.targets, merged, started)
         return [stats[e.name] for e in entries]
 
-    def _increments(self, entry, changed, applied, targets, store_version, store_columns, run) -> list[str]:
-        """SQL of every map increment of this refresh, in the map store's row shape.
+    def _staged(self, work: list["_ViewRefresh"], store_version: int, store_columns: StoreColumns,
+                run: "_RefreshRun") -> str:
+        """A temporary view of the rows to MERGE: every view's map increments, summed to one row per
+        map and key, and its new progress.
 
-        Sources are applied one after the other (the product rule): the triggers of a later source
-        read the base tables and maps as updated by the batches of the earlier ones.
+        Each view applies its changed sources one after the other (the product rule): the triggers of
+        a later source read the base tables and maps as updated by the batches of the earlier ones.
+        The views advance together, one source at a time, so that each step is one Spark action for
+        all views rather than one per view.
         """
-        versions = dict(applied)  # the version of each source that the current trigger sees
-        pending: dict[str, list[str]] = {}  # map -> its increments from earlier sources (table expressions)
-        increments: list[str] = []
-        for i, table in enumerate(changed):
-            # The consolidated batch is read by every statement of the trigger (and by other views).
-            batch_view = run.batch(table, applied[table] + 1, targets[table], entry.source_columns[table])
-            relations = [r for r, t in entry.sources.items() if t == table]
-            sources = self._sources(entry.sources, entry.source_columns, versions, entry.layout, store_version,
-                                    run, {r: batch_view for r in relations}, pending)
-            # A re-evaluation (:=) computes the map's new contents, so it reads this source after its batch.
-            after = self._sources(entry.sources, entry.source_columns, {**versions, table: targets[table]},
-                                  entry.layout, store_version, run, {r: batch_view for r in relations}, pending)
-            step = [(s.target, self._statement_increments(entry, s, after if s.op == ":=" else sources))
-                    for rel in relations if entry.plan.trigger(rel)
-                    for s in entry.plan.trigger(rel).statements]
-            rows = [entry.layout.rows_sql(target, sql, store_columns) for target, sql in step]
-            if i + 1 < len(changed) and rows:
-                # Later sources read the maps with this source's increments added: materialize them
-                # once, all maps together in the store's row shape (one Spark action, not one per map).
-                view = run.checkpoint(" UNION ALL ".join(rows))
-                for target in dict.fromkeys(target for target, _ in step):
-                    pending.setdefault(target, []).append(entry.layout.read_map_sql(target, view))
-                rows = [f"SELECT * FROM {view}"]
-            increments += rows
-            versions[table] = targets[table]
+        for step in range(max(len(w.changed) for w in work)):
+            read_later = []  # (view, its increments of this step) for views with sources still to apply
+            for w in work:
+                if step < len(w.changed):
+                    rows = self._attributed(w.entry, lambda: self._source_increments(w, step, store_version,
+                                                                                        store_columns, run))
+                    if step + 1 < len(w.changed) and rows:
+                        read_later.append((w, rows))
+                    else:
+                        w.increments += rows.values()
+            if read_later:
+                view = self._materialize(run, [(w.entry, " UNION ALL ".join(rows.values())) for w, rows in read_later])
+                for w, rows in read_later:
+                    layout = w.entry.layout
+                    for target in dict.fromkeys(target for target, _ in rows):
+                        w.pending.setdefault(target, []).append(layout.read_map_sql(target, view))
+                    ids = ", ".join(str(i) for i in layout.map_ids)
+                    w.increments.append(f"SELECT * FROM {view} WHERE map_id IN ({ids})")
+        # Materialized once: MERGE would otherwise evaluate the triggers' joins twice (once to find the
+        # files it touches, once to write), each time resolving every pinned version again.
+        return self._materialize(run, [(w.entry, staged_sql(
+            w.increments, [w.entry.layout.progress_sql(w.targets, store_columns)], store_columns)) for w in work])
+
+    def _source_increments(self, w: "_ViewRefresh", step: int, store_version: int, store_columns: StoreColumns,
+                           run: "_RefreshRun") -> dict[tuple[str, int], str]:
+        """The view's map increments from its step-th changed source, in the map store's row shape:
+        (target map, statement number) -> SQL."""
+        entry, table = w.entry, w.changed[step]
+        # The consolidated batch is read by every statement of the trigger (and by other views).
+        batch_view = run.batch(table, w.applied[table] + 1, w.targets[table], entry.source_columns[table])
+        relations = [r for r, t in entry.sources.items() if t == table]
+        deltas = {r: batch_view for r in relations}
+        sources = self._sources(entry.sources, entry.source_columns, w.versions, entry.layout, store_version,
+                                run, deltas, w.pending)
+        # A re-evaluation (:=) computes the map's new contents, so it reads this source after its batch.
+        after = self._sources(entry.sources, entry.source_columns, {**w.versions, table: w.targets[table]},
+                              entry.layout, store_version, run, deltas, w.pending)
+        statements = [s for rel in relations if entry.plan.trigger(rel) for s in entry.plan.trigger(rel).statements]
+        increments = {(s.target, i): entry.layout.rows_sql(
+                          s.target, self._statement_increments(entry, s, after if s.op == ":=" else sources),
+                          store_columns)
+                      for i, s in enumerate(statements)}
+        # Only now: `sources` reads the versions when the statements' SQL is made.
+        w.versions[table] = w.targets[table]
         return increments
+
+    @staticmethod
+    def _attributed(entry: ViewEntry, compute):
+        """compute(), with a failure reported as a failure to refresh `entry`."""
+        try:
+            return compute()
+        except IVMError:
+            raise
+        except Exception as exc:
+            raise _refresh_failure(entry, exc) from exc
+
+    def _materialize(self, run: "_RefreshRun", parts: list[tuple[ViewEntry, str]]) -> str:
+        """One checkpointed temporary view of the UNION ALL of the views' parts. If Spark fails, each
+        part is tried alone, so that the error names the view that caused it."""
+        try:
+            return run.checkpoint(" UNION ALL ".join(sql for _, sql in parts))
+        except Exception as exc:
+            if len(parts) > 1:
+                for entry, sql in parts:
+                    self._attributed(entry, lambda: run.checkpoint(sql))
+            raise _refresh_failure(parts[0][0], exc) from exc
 
     def _statement_increments(self, entry: ViewEntry, s, sources: Sources) -> str:
         if s.op == ":=":
@@ -547,6 +582,22 @@ class Engine:
         for m in e.layout.maps:
             lines.append(f"-- map {m.name}[{', '.join(m.keys)}]: {counts.get(m.map_id, 0)} rows, value {m.value_type}")
         return "\n".join(lines) + "\n" + e.plan.explain()
+
+
+@dataclass
+class _ViewRefresh:
+    """One view's part of a refresh: the source versions it starts from and goes to, the sources that
+    changed (in trigger order), and what its steps have produced so far."""
+    entry: ViewEntry
+    applied: dict[str, int]
+    targets: dict[str, int]
+    changed: list[str]
+    versions: dict[str, int] = field(default_factory=dict)  # the version of each source the next step sees
+    pending: dict[str, list[str]] = field(default_factory=dict)  # map -> increments of earlier steps
+    increments: list[str] = field(default_factory=list)  # store-shaped rows to MERGE
+
+    def __post_init__(self):
+        self.versions = dict(self.applied)
 
 
 class _RefreshRun:
