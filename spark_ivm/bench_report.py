@@ -271,8 +271,9 @@ def charts(report: dict, out_stem: Path) -> list[Path]:
         rows = sorted((s for s in measured if s["scale"] == scale), key=lambda s: query_order(s["query"]))
         xs = range(len(rows))
         width = 0.4
-        ax.bar([x - width / 2 for x in xs], [s["refresh_s"] for s in rows], width, label="refresh + read")
-        ax.bar([x + width / 2 for x in xs], [s["recompute_s"] for s in rows], width, label="recompute")
+        for offset, key, label in ((-width / 2, "refresh_s", "refresh + read"), (width / 2, "recompute_s", "recompute")):
+            bars = ax.bar([x + offset for x in xs], [s[key] for s in rows], width, label=label)
+            ax.bar_label(bars, [fmt_seconds(s[key]) for s in rows], fontsize="x-small")
         ax.set_xticks(list(xs), [s["query"] for s in rows])
         ax.set_yscale("log")
         ax.set_ylabel("seconds (median, log scale)")
