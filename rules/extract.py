@@ -3,7 +3,9 @@
 In each monomial of a delta, the factors that read the database (and no delta) are grouped into
 connected components; each component becomes a map `m[k]` keyed by the variables it shares with the
 rest of the monomial (the batch's variables, the group variables, variables compared with the
-batch). Values and filters that only mention a component's variables move into that component, so
+batch). A nested factor (the lift of a scalar subquery's aggregate, an existence test) stays where it
+is and has its own aggregates extracted, keyed by its correlation variables: the nested aggregate is a
+map looked up per outer binding. Values and filters that only mention a component's variables move into that component, so
 maps hold pre-filtered, pre-multiplied sums. `materialize` turns a definition `AggSum(k, …)` into a
 map reference (creating or reusing a map): this rule is mechanism, the compiler decides the names.
 
@@ -19,9 +21,9 @@ from __future__ import annotations
 from typing import Callable
 
 from spark_ivm.analysis import (
-    all_vars, factors_of, has_delta, ivars, ovars, reads_database, schedule,
+    all_vars, factors_of, has_delta, is_nested, ivars, ovars, reads_database, reads_maps, schedule,
 )
-from spark_ivm.calculus import AggSum, Expr, Lift, MapRef, Sum, aggsum, prod, sum_
+from spark_ivm.calculus import AggSum, Cmp, Exists, Expr, Fn, Lift, MapRef, Sum, aggsum, exists, lift, prod, sum_
 
 from .factorize import connected_components
 
@@ -35,6 +37,8 @@ def extract_aggregates(e: Expr, materialize: Materialize, bound: tuple[str, ...]
         return sum_(*(extract_aggregates(t, materialize, bound) for t in e.terms))
     if isinstance(e, AggSum):
         body = _extract_monomial(factors_of(e.expr), set(e.group) | set(bound), materialize, bound)
+        if isinstance(body, MapRef) and set(ovars(body)) <= set(e.group):
+            return body  # the map already holds the sum by these keys
         return aggsum(e.group, body)
     return _extract_monomial(factors_of(e), set(ovars(e)) | set(bound), materialize, bound)
 
@@ -44,15 +48,15 @@ def _extract_monomial(factors, visible: set[str], materialize: Materialize, boun
     database_side: list[Expr] = []
     known = set(bound)
     for f in factors:
-        if reads_database(f) and not has_delta(f):
-            database_side.append(f)
+        if is_nested(f) or reads_database(f) and has_delta(f):
+            batch_side.append(_extract_within(f, materialize, tuple(known)))
         elif reads_database(f):
-            batch_side.append(extract_aggregates(f, materialize, tuple(known)))
+            database_side.append(f)
         else:
             batch_side.append(f)
         known.update(ovars(f))
     if not database_side:
-        return prod(*factors)
+        return prod(*batch_side)
 
     batch_side, database_side = _push_into_maps(batch_side, database_side, visible)
     needed = visible | {v for f in batch_side for v in all_vars(f)}
@@ -68,6 +72,19 @@ def _extract_monomial(factors, visible: set[str], materialize: Materialize, boun
     return prod(*schedule(batch_side + refs, bound))
 
 
+def _extract_within(f: Expr, materialize: Materialize, bound: tuple[str, ...]) -> Expr:
+    """The factor with the aggregates inside it extracted (the factor itself stays a factor)."""
+    if isinstance(f, Lift):
+        return lift(f.var, extract_aggregates(f.expr, materialize, bound))
+    if isinstance(f, Exists):
+        return exists(extract_aggregates(f.expr, materialize, bound))
+    if isinstance(f, (Cmp, Fn)):
+        return f.with_children(tuple(
+            extract_aggregates(c, materialize, bound) if reads_database(c) or has_delta(c) else c
+            for c in f.children()))
+    return extract_aggregates(f, materialize, bound)
+
+
 def _push_into_maps(batch_side: list[Expr], database_side: list[Expr], visible: set[str]):
     """Move value factors that only concern database variables from the batch side into the maps."""
     database_vars = {v for f in database_side for v in ovars(f)}
@@ -76,8 +93,8 @@ def _push_into_maps(batch_side: list[Expr], database_side: list[Expr], visible: 
         moved = False
         batch_vars = visible | {v for f in batch_side for v in ovars(f)}
         for f in batch_side:
-            if has_delta(f) or ovars(f) and not isinstance(f, Lift):
-                continue
+            if has_delta(f) or reads_maps(f) or reads_database(f) or ovars(f) and not isinstance(f, Lift):
+                continue  # a map's definition reads base relations only
             used = set(ivars(f))
             if used <= database_vars and not used <= batch_vars:
                 batch_side = [g for g in batch_side if g is not f]

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from itertools import product as cartesian
 
-from spark_ivm.analysis import transform_up
+from spark_ivm.analysis import all_vars, transform_up
 from spark_ivm.calculus import AggSum, Const, Expr, Prod, Sum, aggsum, prod, sum_
 
 __all__ = ["normalize"]
@@ -28,6 +28,11 @@ def _normalize_node(e: Expr) -> Expr:
         choices = [f.terms if isinstance(f, Sum) else (f,) for f in e.factors]
         return sum_(*(prod(*pick) for pick in cartesian(*choices)))
     if isinstance(e, AggSum):
+        unused = [g for g in e.group if g not in all_vars(e.expr)]
+        if unused:
+            # A group variable the body does not mention groups nothing (a term of a nested sum whose
+            # correlation is in another term); kept, it would have to be bound from outside.
+            return _normalize_node(aggsum([g for g in e.group if g not in unused], e.expr))
         body = e.expr
         if isinstance(body, Sum):
             return sum_(*(_normalize_node(aggsum(e.group, t)) for t in body.terms))

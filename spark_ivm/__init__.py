@@ -9,7 +9,7 @@ The compiler (SQL → calculus → deltas → maps and triggers) is pure Python:
 
 from spark_ivm.compiler import compile_view
 from spark_ivm.errors import (
-    IVMError, NonDeterministicError, ParseError, RefreshError, UnknownColumnError, UnknownTableError,
+    InvalidQueryError, IVMError, NonDeterministicError, ParseError, RefreshError, UnknownColumnError, UnknownTableError,
     UnknownViewError, UnsupportedQueryError, ViewExistsError,
 )
 from spark_ivm.plan import Plan
@@ -18,7 +18,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "compile_view", "session", "enable", "Plan",
-    "IVMError", "ParseError", "UnsupportedQueryError", "NonDeterministicError", "UnknownTableError",
+    "IVMError", "ParseError", "InvalidQueryError", "UnsupportedQueryError", "NonDeterministicError", "UnknownTableError",
     "UnknownColumnError", "UnknownViewError", "ViewExistsError", "RefreshError",
 ]
 

@@ -30,7 +30,8 @@ def schema(e: Expr) -> tuple[tuple[str, ...], tuple[str, ...]]:
     if isinstance(e, MapRef):
         return (), _ordered(e.keys)
     if isinstance(e, (Fn, Cmp)):
-        return _ordered(*(all_vars(c) for c in e.children())), ()
+        # A value needs every variable its arguments mention or bind (a nested aggregate's group).
+        return _ordered(*(_ordered(*schema(c)) for c in e.children())), ()
     if isinstance(e, Lift):
         ins, outs = schema(e.expr)
         return _ordered(ins, outs), (e.var,)
@@ -40,8 +41,12 @@ def schema(e: Expr) -> tuple[tuple[str, ...], tuple[str, ...]]:
     if isinstance(e, Exists):
         return schema(e.expr)
     if isinstance(e, Sum):
+        # A sum binds the variables every term binds; one that only some terms bind (the terms of a
+        # nested aggregate's delta may have different correlations) must be bound from outside.
         parts = [schema(t) for t in e.terms]
-        return _ordered(*(p[0] for p in parts)), _ordered(*(p[1] for p in parts))
+        everywhere = [v for v in parts[0][1] if all(v in p[1] for p in parts)]
+        elsewhere = [v for p in parts for v in p[1] if v not in everywhere]
+        return _ordered(*(p[0] for p in parts), elsewhere), tuple(everywhere)
     if isinstance(e, Prod):
         ins: list[str] = []
         outs: list[str] = []
@@ -171,3 +176,19 @@ def factors_of(e: Expr) -> tuple[Expr, ...]:
 
 def has_delta(e: Expr) -> bool:
     return any(isinstance(x, DeltaRel) for x in e.walk())
+
+
+def reads_maps(e: Expr) -> bool:
+    return any(isinstance(x, MapRef) for x in e.walk())
+
+
+def is_nested(e: Expr) -> bool:
+    """A factor that is not itself a sum over the database but holds one: a lift, an existence test
+    or a value of a nested aggregate (SQL's scalar subqueries, EXISTS, IN, outer-join match counts)."""
+    return isinstance(e, (Lift, Exists, Cmp, Fn)) and reads_database(e)
+
+
+def affected_key_domains(e: Expr) -> list[Exists]:
+    """The domains `Exists(Δt)` a delta of nested aggregates is restricted to (see `delta`): the
+    statement re-evaluates its nested parts only for the keys these bind."""
+    return [x for x in e.walk() if isinstance(x, Exists) and has_delta(x)]

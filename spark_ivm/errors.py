@@ -41,6 +41,10 @@ class NonDeterministicError(UnsupportedQueryError):
     """A non-deterministic function cannot be maintained: its delta is not 0."""
 
 
+class InvalidQueryError(IVMError):
+    """Spark itself rejects the view's query (a type error, an ambiguous name, …)."""
+
+
 class ViewExistsError(IVMError):
     pass
 

@@ -6,6 +6,10 @@ loops, no indexes): it is the oracle the compiler's tests check plans against.
 
 NULL (None) follows SQL: comparisons with NULL are 0 (except `is` / `is not`), functions of NULL are
 NULL, and a NULL contribution to a sum or an aggregate counts as 0 (SQL's SUM skips NULLs).
+
+A nested aggregate (a lift's body) depends only on the database and the values of the variables it
+mentions, so within one evaluation it is computed once per binding of those: a correlated subquery
+runs once per correlation key, not once per outer row.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Mapping
 
 from spark_ivm import functions
+from spark_ivm.analysis import all_vars
 from spark_ivm.calculus import (
     AggSum, Cmp, Const, DeltaRel, Exists, Expr, Fn, Lift, MapRef, Prod, Rel, Sum, Var,
 )
@@ -58,8 +63,22 @@ def _mul(a, b):
     return functions.call("*", [a, b])
 
 
+_nested_values: dict | None = None  # the values of nested aggregates during one top-level evaluation
+
+
 def evaluate(e: Expr, db: Database, env: Mapping[str, object] | None = None) -> dict[Bindings, object]:
     """Result of e under env: {bindings of newly bound variables (sorted pairs): value ≠ 0}."""
+    global _nested_values
+    if _nested_values is not None:
+        return _evaluate(e, db, env)
+    _nested_values = {}
+    try:
+        return _evaluate(e, db, env)
+    finally:
+        _nested_values = None
+
+
+def _evaluate(e: Expr, db: Database, env: Mapping[str, object] | None) -> dict[Bindings, object]:
     out: dict[Bindings, object] = {}
     for b, v in _eval(e, db, dict(env or {})):
         key = tuple(sorted(b.items(), key=lambda kv: kv[0]))
@@ -69,6 +88,16 @@ def evaluate(e: Expr, db: Database, env: Mapping[str, object] | None = None) -> 
 
 def scalar(e: Expr, db: Database, env: Mapping[str, object] | None = None):
     """The value of an expression without output variables (0 when it has no row)."""
+    env = env or {}
+    if _nested_values is not None:
+        key = (e, tuple((v, type(env[v]), env[v]) for v in all_vars(e) if v in env))
+        if key not in _nested_values:
+            _nested_values[key] = _scalar(e, db, env)
+        return _nested_values[key]
+    return _scalar(e, db, env)
+
+
+def _scalar(e: Expr, db: Database, env: Mapping[str, object]):
     res = evaluate(e, db, env)
     if not res:
         return 0

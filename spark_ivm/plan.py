@@ -9,12 +9,19 @@ Printed in an M3-like text form:
 Statement semantics: every statement of a trigger reads map values and base relations as they were
 before the batch (and the batch itself), then all `+=` results are added. A `:=` statement (depth 0,
 re-evaluation) recomputes its map from the base relations after the batch.
+
+A statement whose delta holds a nested aggregate (scalar subquery, EXISTS, IN, outer join) adds the
+new value's contribution and subtracts the old one only for the keys whose nested value the batch
+changed, `Exists(Δt) * ((v ^= t + Δt) − (v ^= t))`; it is marked
+`-- re-evaluated per affected key [k]` (k: the correlation keys the batch enumerates, none when the
+nested aggregate is uncorrelated and the outer part is re-evaluated whenever it changes).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from spark_ivm.analysis import affected_key_domains, ovars
 from spark_ivm.calculus import Expr
 from spark_ivm.printer import to_text
 from spark_ivm.query import ViewQuery
@@ -40,7 +47,19 @@ class Statement:
     expr: Expr  # AggSum(keys, …) over ΔR, maps and (first-order maps only) base relations
 
     def text(self) -> str:
-        return f"{self.target}[{', '.join(self.keys)}] {self.op} {to_text(self.expr)};"
+        text = f"{self.target}[{', '.join(self.keys)}] {self.op} {to_text(self.expr)};"
+        keys = self.reevaluated_keys
+        if keys is not None:
+            text += f"  -- re-evaluated per affected key [{', '.join(keys)}]"
+        return text
+
+    @property
+    def reevaluated_keys(self) -> tuple[str, ...] | None:
+        """The keys for which this statement re-evaluates nested parts (None: it only adds deltas)."""
+        domains = affected_key_domains(self.expr) if self.op == "+=" else []
+        if not domains:
+            return None
+        return tuple(dict.fromkeys(v for d in domains for v in ovars(d)))
 
 
 @dataclass(frozen=True)

@@ -220,7 +220,7 @@ _SET_OPERATIONS = {exp.Union: "UNION", exp.Except: "EXCEPT", exp.Intersect: "INT
 _CLAUSES = {
     exp.Qualify: "QUALIFY", exp.Sort: "SORT BY", exp.Distribute: "DISTRIBUTE BY", exp.Cluster: "CLUSTER BY",
     exp.TableSample: "TABLESAMPLE", exp.Values: "VALUES", exp.GroupingSets: "GROUPING SETS",
-    exp.Rollup: "ROLLUP", exp.Cube: "CUBE", exp.Exists: "EXISTS subquery",
+    exp.Rollup: "ROLLUP", exp.Cube: "CUBE",
 }
 
 
@@ -257,6 +257,8 @@ def _construct_problem(source: SqlSource, node: exp.Expression) -> UnsupportedQu
         return source.unsupported("recursive CTE", node, "RECURSIVE")
     if isinstance(node, exp.Filter):
         return source.unsupported("aggregate FILTER", node, "FILTER", where="inside")
+    if isinstance(node, exp.All):
+        return source.unsupported("ALL subquery", node, "ALL")
     construct = _CLAUSES.get(type(node))
     if construct:
         return source.unsupported(construct, node, construct)
@@ -323,24 +325,18 @@ def _join_problem(source: SqlSource, join: exp.Join) -> UnsupportedQueryError | 
         return source.unsupported("NATURAL JOIN", join, "NATURAL")
     if kind in ("SEMI", "ANTI"):
         return source.unsupported(f"{side} {kind} JOIN".strip(), join, side or kind)
-    if side:
-        return source.unsupported(f"{side} JOIN", join, side)
     if join.args.get("using"):
         return source.unsupported("JOIN … USING", join, "USING", where="inside")
     return None
 
 
 def _subquery_problem(source: SqlSource, subquery: exp.Subquery) -> UnsupportedQueryError | None:
-    """A subquery is fine as a FROM item (a derived table or a parenthesized join), nowhere else."""
+    """A subquery is a FROM item, a scalar subquery, or the set of an IN or EXISTS test; whether it is
+    maintainable where it stands is known when it is translated. ANY and ALL are refused."""
     parent = subquery.parent
-    if (isinstance(parent, (exp.From, exp.Join, exp.Subquery, exp.Exists, exp.SetOperation))
-            or subquery is source.statement):
-        return None  # an EXISTS is reported as such; a set operation's operands are its business
-    if isinstance(parent, exp.In):
-        return source.unsupported("IN subquery", parent, "IN", where="inside")
     if isinstance(parent, (exp.Any, exp.All)):
         return source.unsupported(f"{parent.key.upper()} subquery", subquery, "SELECT")
-    return source.unsupported("scalar subquery", subquery, "SELECT")
+    return None
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -381,6 +377,7 @@ class VariableNames:
     def __init__(self):
         self._columns: list[tuple[str, str, str]] = []  # (placeholder, FROM item alias, column)
         self._generated: list[tuple[str, str]] = []  # (placeholder, stem)
+        self._copies: list[tuple[str, str]] = []  # (placeholder, placeholder of the original)
 
     def for_column(self, alias: str, column: str) -> str:
         placeholder = self._next()
@@ -394,8 +391,15 @@ class VariableNames:
         self._generated.append((placeholder, stem))
         return placeholder
 
+    def copy(self, original: str) -> str:
+        """A variable for the same column in a renamed copy of a body (an outer join's match count):
+        named after the original, `b_2`, `b_3`…"""
+        placeholder = self._next()
+        self._copies.append((placeholder, original))
+        return placeholder
+
     def _next(self) -> str:
-        return f"{PLACEHOLDER}v{len(self._columns) + len(self._generated)}"
+        return f"{PLACEHOLDER}v{len(self._columns) + len(self._generated) + len(self._copies)}"
 
     def final_names(self) -> dict[str, str]:
         owners = Counter(column for _, _, column in self._columns)
@@ -410,6 +414,8 @@ class VariableNames:
             while f"{stem}{numbers[stem]}" in taken:
                 numbers[stem] += 1
             names[placeholder] = _fresh(f"{stem}{numbers[stem]}", taken)
+        for placeholder, original in self._copies:  # an original comes before its copies
+            names[placeholder] = _fresh(names[original], taken)
         return names
 
 
@@ -467,12 +473,18 @@ class FromItem:
 
 
 class Scope:
-    """The FROM items of one SELECT and its ON/WHERE conditions."""
+    """The FROM items of one SELECT and its ON/WHERE conditions.
 
-    def __init__(self, source: SqlSource):
+    The scope of a subquery has the enclosing query's scope as `outer`: a column that no FROM item of
+    the subquery has is looked up there, and its variable is a correlation variable of the subquery.
+    """
+
+    def __init__(self, source: SqlSource, outer: "Scope | None" = None):
         self.source = source
         self.items: list[FromItem] = []
         self.conditions: list[Expr] = []
+        self.outer = outer
+        self.correlated: list[str] = []  # variables of enclosing queries used here, in order of use
 
     def relations(self) -> list[Rel]:
         return [r for item in self.items for r in item.relations]
@@ -481,8 +493,22 @@ class Scope:
         return [f for item in self.items for f in item.factors] + self.conditions
 
     def resolve(self, column: exp.Column) -> Expr:
+        if self.outer is not None and not self._matches(column) and self.outer.knows(column):
+            value = self.outer.resolve(column)
+            if value.name not in self.correlated:
+                self.correlated.append(value.name)
+            return value
         item, source_column = self.lookup(column)
         return item.variable(source_column)
+
+    def knows(self, column: exp.Column) -> bool:
+        """Whether this scope or an enclosing one has the column."""
+        return bool(self._matches(column)) or (self.outer is not None and self.outer.knows(column))
+
+    def _matches(self, column: exp.Column) -> list[tuple[FromItem, SourceColumn]]:
+        name = column.name.lower()
+        items = [i for i in self.items if i.alias == column.table.lower()] if column.table else self.items
+        return [(item, c) for item in items for c in item.columns if c.name.lower() == name]
 
     def lookup(self, column: exp.Column) -> tuple[FromItem, SourceColumn]:
         name = column.name.lower()
@@ -543,11 +569,16 @@ _INTERVAL_UNITS = {"DAY": ("days", 1), "WEEK": ("days", 7), "MONTH": ("months", 
 
 
 class ValueTranslator:
-    """SQL value expressions → calculus values; SQL predicates → 0/1 condition factors."""
+    """SQL value expressions → calculus values; SQL predicates → 0/1 condition factors.
 
-    def __init__(self, source: SqlSource, resolve: Callable[[exp.Column], Expr]):
+    `nested` translates the subqueries of the expressions (scalar, EXISTS, IN) into lifts of nested
+    aggregates; `aggregate`, when set, translates aggregate calls (in a subquery's select list)."""
+
+    def __init__(self, source: SqlSource, resolve: Callable[[exp.Column], Expr], nested=None):
         self.source = source
         self.resolve = resolve
+        self.nested = nested
+        self.aggregate: Callable[[exp.AggFunc], Expr] | None = None
 
     # -- values ------------------------------------------------------------------------------------
 
@@ -574,6 +605,10 @@ class ValueTranslator:
             return self._case(node)
         if isinstance(node, exp.If):
             return self._if(node)
+        if isinstance(node, exp.Subquery) and self.nested is not None:
+            return self.nested.scalar(node)
+        if isinstance(node, exp.AggFunc) and self.aggregate is not None:
+            return self.aggregate(node)
         if isinstance(node, exp.AggFunc):
             raise self.source.unsupported(f"aggregate {self.source.function_name(node).upper()} here", node,
                                           detail="aggregates belong in the SELECT list or HAVING of the view")
@@ -717,8 +752,14 @@ class ValueTranslator:
             conjunction = isinstance(node, exp.And) != negated
             return prod(left, right) if conjunction else disjunction(left, right)
         if type(node) in _COMPARISONS:
-            op = _COMPARISONS[type(node)]
-            return comparison(NEGATED_CMP[op] if negated else op, self.value(node.this), self.value(node.expression))
+            op = NEGATED_CMP[_COMPARISONS[type(node)]] if negated else _COMPARISONS[type(node)]
+            if self.nested is not None:
+                extreme = self.nested.extreme_comparison(op, node.this, node.expression)
+                if extreme is not None:
+                    return extreme
+            return comparison(op, self.value(node.this), self.value(node.expression))
+        if isinstance(node, exp.Exists) and self.nested is not None:
+            return self.nested.exists(node, negated)
         if isinstance(node, exp.Is):
             op = "is not" if negated else "is"
             return comparison(op, self.value(node.this), self.value(node.expression))
@@ -747,6 +788,8 @@ class ValueTranslator:
         return disjunction(below, above)
 
     def _in(self, node: exp.In, negated: bool) -> Expr:
+        if node.args.get("query") is not None and self.nested is not None:
+            return self.nested.in_subquery(node, negated)
         values = node.expressions
         if not values or node.args.get("unnest") or node.args.get("field"):
             raise self.source.unsupported("IN of something else than a value list", node, "IN", where="inside")
@@ -833,14 +876,18 @@ class SelectItem:
 class SelectTranslator:
     """The FROM clause and WHERE of one SELECT, inlined into a scope, and its select list."""
 
-    def __init__(self, translation: Translation, select: exp.Select, ctes: Mapping[str, tuple] | None = None):
+    def __init__(self, translation: Translation, select: exp.Select, ctes: Mapping[str, tuple] | None = None,
+                 outer: Scope | None = None):
+        from spark_ivm.sql_nested import NestedQueries
+
         self.translation = translation
         self.source = translation.source
         self.select = select
         self.ctes = dict(ctes or {})
         self._define_ctes()
-        self.scope = Scope(self.source)
-        self.values = ValueTranslator(self.source, self.scope.resolve)
+        self.scope = Scope(self.source, outer)
+        self.nested = NestedQueries(self)
+        self.values = ValueTranslator(self.source, self.scope.resolve, self.nested)
         self._inline_from()
 
     def _define_ctes(self) -> None:
@@ -861,6 +908,10 @@ class SelectTranslator:
             self.scope.conditions.append(self.values.condition(where.this))
 
     def _add_join(self, join: exp.Join) -> None:
+        side = str(join.args.get("side") or "").upper()
+        if side:
+            self._add_outer_join(join, side)
+            return
         self._add_source(join.this)
         on = join.args.get("on")
         if on is not None:
@@ -918,8 +969,59 @@ class SelectTranslator:
         self.scope.items.append(FromItem(alias, columns, [atom], [], self.translation.names))
         self.translation.relations.append(key)
 
+    def _add_outer_join(self, join: exp.Join, side: str) -> None:
+        """`left {side} JOIN right ON φ`: the inner join plus, per outer side, its rows without a match
+        (a nested count of matches that is 0), the other side's columns lifted to NULL. Everything
+        joined so far is the left side, which then stands as one FROM block."""
+        on = join.args.get("on")
+        if on is None:
+            raise self.source.unsupported(f"{side} JOIN without ON", join, side)
+        nested = next(iter(on.find_all(exp.Subquery, exp.Exists)), None)
+        if nested is not None:
+            raise self.source.unsupported(f"subquery in the ON condition of a {side} JOIN", nested,
+                                          "EXISTS" if isinstance(nested, exp.Exists) else None)
+        reject_aggregates(self.source, on, "aggregate in ON")
+        earlier = self.select.args.get("joins") or []
+        earlier = earlier[:earlier.index(join)] if join in earlier else earlier
+        if side != "LEFT" and any(str(j.args.get("kind") or "").upper() == "CROSS" for j in earlier):
+            raise self.source.unsupported(f"{side} JOIN after a comma or CROSS JOIN", join, side)
+        left_items = list(self.scope.items)
+        left = self._collapse(left_items, self.scope.conditions)
+        conditions_before = len(self.scope.conditions)
+        self._add_source(join.this)
+        right_items = self.scope.items[len(left_items):]
+        right = self._collapse(right_items, self.scope.conditions[conditions_before:])
+        del self.scope.conditions[:]
+        match = self.values.condition(on)
+        names = self.translation.names
+        terms = [prod(left, right, match)]
+        if side in ("LEFT", "FULL"):
+            terms.append(prod(left, self.nested.no_match(prod(right, match), right), _null_lifts(right_items)))
+        if side in ("RIGHT", "FULL"):
+            terms.append(prod(right, self.nested.no_match(prod(left, match), left), _null_lifts(left_items)))
+        self.scope.items.insert(0, FromItem("", [], [sum_(*terms)], [], names))
+
+    @staticmethod
+    def _collapse(items: list[FromItem], conditions: list[Expr]) -> Expr:
+        """The product of FROM items and conditions, every computed column lifted inside it (a padded
+        row's computed columns are NULL); the items stay for looking up columns."""
+        for item in items:
+            for column in item.columns:
+                if column.value is not None:
+                    item.variable(column)
+        body = prod(*(r for item in items for r in item.relations), *(f for item in items for f in item.factors),
+                    *conditions)
+        for item in items:
+            item.relations, item.factors = [], []
+        return body
+
     def _add_derived(self, select: exp.Select, alias: str, column_aliases: list[str], node: exp.Expression,
                      ctes: Mapping[str, tuple] | None = None) -> None:
+        if select.args.get("group") is not None or select.args.get("having") is not None or any(
+                _first_aggregate(e) is not None for e in select.expressions):
+            self.scope.items.append(self.nested.grouped_item(
+                select, alias.lower(), column_aliases, node, self.ctes if ctes is None else ctes))
+            return
         inner = SelectTranslator(self.translation, select, self.ctes if ctes is None else ctes)
         outputs = inner.inlined_outputs()
         if column_aliases:
@@ -1044,6 +1146,11 @@ def check_widths(source: SqlSource, node: exp.SetOperation, widths: list[int]) -
             set_operation_name(node).split()[0], where="inside")
 
 
+def _null_lifts(items: list[FromItem]) -> Expr:
+    """The columns of the items bound to NULL (the padding of an outer join's unmatched rows)."""
+    return prod(*(lift(c.var, NULL) for item in items for c in item.columns if c.var is not None))
+
+
 def _star_qualifier(node: exp.Expression) -> str | None:
     """'' for `*`, the qualifier for `t.*`, None for anything else."""
     if isinstance(node, exp.Star):
@@ -1059,7 +1166,9 @@ def _alias_columns(node: exp.Expression) -> list[str]:
 
 
 def _first_aggregate(node: exp.Expression) -> exp.AggFunc | None:
-    return next((n for n in node.walk() if isinstance(n, exp.AggFunc)), None)
+    """The first aggregate call of the expression's own query (those of its subqueries are theirs)."""
+    nested_query = lambda n: n is not node and isinstance(n, (exp.Query, exp.Subquery, exp.Exists))  # noqa: E731
+    return next((n for n in node.walk(prune=nested_query) if isinstance(n, exp.AggFunc)), None)
 
 
 def reject_aggregates(source: SqlSource, node: exp.Expression, construct: str) -> None:
@@ -1278,6 +1387,8 @@ class ViewTranslator:
         """The expression with aggregate calls replaced by aggregate names and group keys by key names."""
 
         def visit(n: exp.Expression) -> exp.Expression:
+            if isinstance(n, exp.Subquery):
+                return self._subquery_sql(n)
             if isinstance(n, exp.AggFunc):
                 return self._aggregate_sql(n, register)
             if isinstance(n, exp.Column):
@@ -1289,6 +1400,14 @@ class ViewTranslator:
             return n
 
         return node.transform(visit)
+
+    def _subquery_sql(self, node: exp.Subquery) -> exp.Expression:
+        """A scalar subquery outside the aggregates of a grouped view: a function of the group keys (or
+        a constant), so grouping by it too changes no group; it is read as that key."""
+        if self.select.args.get("group") is None:
+            raise self.source.unsupported("scalar subquery in an aggregate view without GROUP BY", node, "SELECT",
+                                          detail="the view's single row would depend on it")
+        return _quoted(self._add_key(self.values.value(node)))
 
     def _key_for(self, node: exp.Expression) -> str | None:
         try:

@@ -1,6 +1,9 @@
 """Queries shared by the compiler's and the runtime's differential tests.
 
 Tables: R(a, b), S(b, c), T(c, d) with small integer domains, NULLs and duplicate rows.
+`NESTED_QUERIES` use subqueries (scalar, MIN/MAX compared, EXISTS, IN, NOT IN, grouped derived
+tables) and outer joins: the compiler's differential test runs them; the runtime's runs `QUERIES`
+and adds `NESTED_QUERIES` once its SQL generation handles nested aggregates.
 """
 
 SCHEMAS = {"R": ["a", "b"], "S": ["b", "c"], "T": ["c", "d"]}
@@ -62,4 +65,35 @@ QUERIES = [
     "SELECT a, b FROM R UNION SELECT b, c FROM S",
     "SELECT b FROM R EXCEPT ALL SELECT b FROM S",
     "SELECT R.b FROM R, S WHERE R.a = S.c INTERSECT SELECT c FROM T",
+]
+
+NESTED_QUERIES = [
+    # scalar subqueries: correlated or not, in WHERE, the select list, HAVING, inside an aggregate
+    "SELECT b, SUM(a) FROM R WHERE a > (SELECT SUM(c) FROM S WHERE S.b = R.b) GROUP BY b",
+    "SELECT a, b FROM R WHERE b = (SELECT COUNT(*) FROM S WHERE S.b = R.a)",
+    "SELECT COUNT(*) FROM R WHERE a < (SELECT AVG(c) FROM S)",
+    "SELECT a, (SELECT SUM(c) FROM S WHERE S.b = R.b) AS total FROM R",
+    "SELECT b, SUM(a) FROM R GROUP BY b HAVING SUM(a) > (SELECT COUNT(*) FROM S WHERE S.b = R.b)",
+    "SELECT SUM(a * (SELECT COUNT(c) FROM S WHERE S.b = R.b)) FROM R",
+    # MIN and MAX of a subquery, compared
+    "SELECT a, b FROM R WHERE a = (SELECT MIN(r2.a) FROM R r2 WHERE r2.b = R.b)",
+    "SELECT a, b FROM R WHERE a > (SELECT MAX(c) FROM S WHERE S.b = R.b)",
+    # EXISTS, IN, NOT IN
+    "SELECT a, b FROM R WHERE EXISTS (SELECT 1 FROM S WHERE S.b = R.b)",
+    "SELECT b, COUNT(*) FROM R WHERE NOT EXISTS (SELECT 1 FROM S WHERE S.b = R.b AND S.c > R.a) GROUP BY b",
+    "SELECT a FROM R WHERE b IN (SELECT c FROM S WHERE S.b > 0)",
+    "SELECT a, b FROM R WHERE b NOT IN (SELECT c FROM S)",
+    "SELECT a FROM R WHERE a NOT IN (SELECT b FROM S WHERE S.c = R.b)",
+    "SELECT a FROM R WHERE b IN (SELECT b FROM S GROUP BY b HAVING SUM(c) > 2)",
+    "SELECT T.d, COUNT(*) FROM T WHERE EXISTS (SELECT 1 FROM S WHERE S.c = T.c AND S.b NOT IN (SELECT a FROM R)) "
+    "GROUP BY T.d",
+    # grouped derived tables
+    "SELECT n, COUNT(*) FROM (SELECT b, COUNT(a) AS n FROM R GROUP BY b) t GROUP BY n",
+    # outer joins
+    "SELECT R.a, S.c FROM R LEFT JOIN S ON R.b = S.b",
+    "SELECT R.b, COUNT(S.c) FROM R LEFT JOIN S ON R.b = S.b AND S.c > R.a GROUP BY R.b",
+    "SELECT R.a, S.c, T.d FROM R LEFT JOIN S ON R.b = S.b LEFT JOIN T ON S.c = T.c",
+    "SELECT R.a, S.c FROM R RIGHT JOIN S ON R.b = S.b",
+    "SELECT R.a, S.b FROM R FULL JOIN S ON R.b = S.b AND R.a < S.c",
+    "SELECT S.c, COUNT(*) FROM R JOIN S ON R.b = S.b LEFT JOIN T ON S.c = T.c WHERE T.d IS NULL GROUP BY S.c",
 ]

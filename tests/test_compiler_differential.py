@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from spark_ivm import compile_view
 from spark_ivm.evaluator import Database, apply_batch, evaluate_map, initial_maps
 
-from corpus import QUERIES, SCHEMAS
+from corpus import NESTED_QUERIES, QUERIES, SCHEMAS
 
 VALUES = st.one_of(st.none(), st.integers(0, 3))
 
@@ -61,7 +61,7 @@ def same(a: dict, b: dict) -> bool:
 
 
 @pytest.mark.parametrize("depth", [0, 1, None], ids=["depth0", "depth1", "unlimited"])
-@pytest.mark.parametrize("sql", QUERIES)
+@pytest.mark.parametrize("sql", QUERIES + NESTED_QUERIES)
 def test_triggers_keep_maps_equal_to_their_definitions(sql, depth):
     plan = compile_view(sql, SCHEMAS, depth=depth)
 

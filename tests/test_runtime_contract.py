@@ -172,6 +172,47 @@ def test_refresh_all_views(ivm, fresh_db):
     assert assert_view_is_query(spark, "v2", q2) == [(42,)]
 
 
+def test_views_sharing_a_map_store(ivm, fresh_db):
+    """Views that name one store are refreshed together in one commit; keys of one name and different
+    types get columns of their own; dropping a view removes only its rows, the last one the store."""
+    spark = ivm
+    spark.sql("CREATE TABLE t (g INT, v INT) USING delta")
+    spark.sql("CREATE TABLE u (g STRING, w INT) USING delta")
+    spark.sql("INSERT INTO t VALUES (1, 10), (2, 20), (NULL, 1)")
+    spark.sql("INSERT INTO u VALUES ('a', 1), ('b', NULL)")
+    queries = {"s1": "SELECT g, COUNT(*) AS n, SUM(v) AS s FROM t GROUP BY g",
+               "s2": "SELECT g, MAX(w) AS m FROM u GROUP BY g",  # g is a STRING here, an INT in s1
+               "s3": "SELECT t.g, u.g AS ug, COUNT(*) AS n FROM t JOIN u ON t.v = u.w GROUP BY t.g, u.g"}
+    for name, query in queries.items():
+        create(spark, name, query, "store = 'shared_maps'")
+    assert not spark.catalog.tableExists("s1__ivm_maps")
+    before = spark.sql("DESCRIBE HISTORY shared_maps").count()
+    spark.sql("INSERT INTO t VALUES (1, 5), (3, 1)")
+    spark.sql("INSERT INTO u VALUES ('a', 7), ('c', 5)")
+    spark.sql("DELETE FROM u WHERE w IS NULL")
+    statuses = {r["view"]: r["status"] for r in spark.sql("REFRESH INCREMENTAL VIEWS").collect()}
+    assert [statuses[f"{fresh_db}.{n}"] for n in queries] == ["refreshed"] * 3
+    assert spark.sql("DESCRIBE HISTORY shared_maps").count() == before + 1  # one commit for the three
+    for name, query in queries.items():
+        assert_view_is_query(spark, name, query)
+    spark.sql("DROP INCREMENTAL VIEW s2")
+    spark.sql("INSERT INTO t VALUES (2, 7)")
+    refresh(spark, "s3")
+    for name in ("s1", "s3"):
+        if name == "s1":
+            refresh(spark, "s1")
+        assert_view_is_query(spark, name, queries[name])
+    assert refresh(spark, "s1", full=True)["status"] == "rebuilt"
+    assert_view_is_query(spark, "s1", queries["s1"])
+    with pytest.raises(spark_ivm.IVMError, match="not a map store"):
+        create(spark, "bad", queries["s1"], "store = 't'")
+    assert spark.table("t").count() == 6 and not spark.catalog.tableExists("bad")
+    spark.sql("DROP INCREMENTAL VIEW s1")
+    assert_view_is_query(spark, "s3", queries["s3"])
+    spark.sql("DROP INCREMENTAL VIEW s3")
+    assert not spark.catalog.tableExists("shared_maps")
+
+
 # -- what the view returns -------------------------------------------------------------------------
 def test_aggregates_null_keys_zero_sums_and_dead_groups(ivm):
     spark = ivm

@@ -189,9 +189,10 @@ def test_malformed_statements(ivm, statement, message):
 
 @pytest.mark.parametrize("query, construct", [
     ("SELECT g, SUM(v) OVER (PARTITION BY g) AS s FROM t", "window function"),
-    ("SELECT t.g, SUM(u.w) AS s FROM t LEFT JOIN u ON t.g = u.g GROUP BY t.g", "LEFT JOIN"),
+    ("SELECT t.g FROM t NATURAL JOIN u", "NATURAL JOIN"),
+    ("SELECT g, v FROM t WHERE v > ALL (SELECT w FROM u)", "ALL subquery"),
     ("SELECT g, STDDEV(v) AS sd FROM t GROUP BY g", "STDDEV"),
-], ids=["window", "left-join", "stddev"])
+], ids=["window", "natural-join", "all-subquery", "stddev"])
 def test_unsupported_construct_is_named(ivm, query, construct):
     e = create_fails(ivm, "bad", query, UnsupportedQueryError)
     assert construct in e.construct

@@ -799,19 +799,23 @@ def raises(error_class, sql, schemas=SCHEMAS):
 
 
 @pytest.mark.parametrize("join, construct, column", [
-    ("LEFT JOIN", "LEFT JOIN", 3), ("RIGHT OUTER JOIN", "RIGHT JOIN", 3), ("FULL JOIN", "FULL JOIN", 3),
-    ("LEFT SEMI JOIN", "LEFT SEMI JOIN", 3), ("NATURAL JOIN", "NATURAL JOIN", 3),
+    ("LEFT SEMI JOIN", "LEFT SEMI JOIN", 3), ("LEFT ANTI JOIN", "LEFT ANTI JOIN", 3),
+    ("NATURAL JOIN", "NATURAL JOIN", 3),
 ])
-def test_outer_and_other_joins_are_named_with_their_position(join, construct, column):
+def test_semi_anti_and_natural_joins_are_named_with_their_position(join, construct, column):
     error = raises(UnsupportedQueryError, multi_line(join=join))
     assert (error.construct, error.line, error.column) == (construct, 4, column)
     assert f"{construct} at line 4, column {column}" in str(error)
 
 
 @pytest.mark.parametrize("where, construct, column", [
-    ("r.b = (SELECT MAX(c) FROM S)", "scalar subquery", 14),
-    ("r.b IN (SELECT c FROM S)", "IN subquery", 11),
-    ("NOT EXISTS (SELECT 1 FROM T)", "EXISTS subquery", 11),
+    ("r.b + 1 = (SELECT MAX(c) FROM S) + 1", "MAX in a subquery", 25),
+    ("r.b = (SELECT c FROM S)", "scalar subquery without an aggregate", 14),
+    ("r.b = (SELECT SUM(c) FROM S GROUP BY b)", "GROUP BY in a scalar subquery", 44),
+    ("r.b = ANY (SELECT c FROM S)", "ANY subquery", 18),
+    ("r.b IN (SELECT c, b FROM S)", "IN subquery of several columns", 15),
+    ("r.b NOT IN (SELECT c FROM S GROUP BY c)", "NOT IN of a grouped subquery", 15),
+    ("r.b = (SELECT COUNT(DISTINCT c) FROM S)", "COUNT(DISTINCT) in a subquery", 21),
     ("r.a > 0 AND ROW_NUMBER() OVER (ORDER BY r.a) = 1", "window function ROW_NUMBER", 19),
     ("MIN(r.a) > 0", "aggregate in WHERE", 7),
     ("SUM(r.a) > 0", "aggregate in WHERE", 7),
@@ -841,7 +845,12 @@ def test_unsupported_conditions_are_named_with_their_position(where, construct, 
     ("SELECT a FROM R UNION ALL SELECT b FROM S ORDER BY 2", "position 2 that is not in the select list", 1, 52),
     ("SELECT a FROM R UNION ALL SELECT b FROM S ORDER BY COUNT(*)", "aggregate in ORDER BY of a set operation", 1, 52),
     ("SELECT a FROM R UNION ALL SELECT b FROM S LIMIT 2 OFFSET 1", "OFFSET", 1, 51),
-    ("SELECT a FROM R WHERE a IN (SELECT a FROM R UNION SELECT b FROM S)", "IN subquery", 1, 25),
+    ("SELECT a FROM R WHERE a IN (SELECT a FROM R UNION SELECT b FROM S)", "UNION", 1, 45),
+    ("SELECT COUNT(*), (SELECT COUNT(*) FROM S) FROM R", "scalar subquery in an aggregate view without GROUP BY",
+     1, 19),
+    ("SELECT a FROM R, S\nRIGHT JOIN T ON S.c = T.c", "RIGHT JOIN after a comma or CROSS JOIN", 2, 1),
+    ("SELECT a FROM R LEFT JOIN S ON R.b = S.b AND EXISTS (SELECT 1 FROM T)",
+     "subquery in the ON condition of a LEFT JOIN", 1, 46),
     ("SELECT DISTINCT a, COUNT(*) FROM R GROUP BY a, b", "SELECT DISTINCT over aggregates", 1, 8),
     ("SELECT DISTINCT a FROM R GROUP BY a, b HAVING COUNT(*) > 1", "SELECT DISTINCT over aggregates", 1, 8),
     ("SELECT x FROM (SELECT DISTINCT a AS x FROM R) s", "SELECT DISTINCT in a derived table", 1, 23),
@@ -855,7 +864,7 @@ def test_unsupported_conditions_are_named_with_their_position(where, construct, 
     ("SELECT a, COUNT(*) FROM R GROUP BY GROUPING SETS ((a), ())", "GROUPING SETS", 1, 36),
     ("SELECT a FROM R\n  LATERAL VIEW explode(array(a)) t AS x", "LATERAL VIEW", 2, 3),
     ("SELECT a FROM R TABLESAMPLE (10 PERCENT)", "TABLESAMPLE", 1, 17),
-    ("SELECT s.x FROM (SELECT SUM(a) AS x FROM R) s", "aggregate in a derived table", 1, 25),
+    ("SELECT s.x FROM (SELECT SUM(a) AS x FROM R LIMIT 3) s", "LIMIT in a derived table", 1, 44),
     ("SELECT s.a FROM (SELECT a FROM R LIMIT 3) s", "LIMIT in a derived table", 1, 34),
     ("SELECT a, SUM(b) FROM R", "column a that is neither grouped nor aggregated", 1, 8),
     ("SELECT b, SUM(a) FROM R GROUP BY b ORDER BY a", "column a that is neither grouped nor aggregated", 1, 45),

@@ -12,18 +12,18 @@ import json
 import logging
 import os
 import pickle
+import re
 import time
 import uuid
 from dataclasses import dataclass
 
 from spark_ivm.compiler import compile_query
 from spark_ivm.errors import (
-    IVMError, RefreshError, UnknownTableError, UnknownViewError, UnsupportedQueryError, ViewExistsError,
+    InvalidQueryError, IVMError, ParseError, RefreshError, UnknownTableError, UnknownViewError, UnsupportedQueryError, ViewExistsError,
 )
 from spark_ivm.plan import Plan
-from spark_ivm.query import ROW_COUNT
 from spark_ivm.runtime import sources as source_tables
-from spark_ivm.runtime.mapstore import PROGRESS, StoredMap, StoreLayout, key_column, value_column
+from spark_ivm.runtime.mapstore import StoreColumns, StoredMap, StoreLayout, key_column, merge_sql, staged_sql
 from spark_ivm.runtime.sqlgen import VALUE, Sources, quote, statement_sql
 from spark_ivm.runtime.statements import (
     CreateView, DropView, ExplainView, RefreshAll, RefreshView, ShowViews,
@@ -53,6 +53,7 @@ class ViewEntry:
     source_columns: dict[str, list[list[str]]]  # qualified table -> [[column, type], …]
     output_types: list[list[str]]  # [[column, type], …] of the defining query
     created_at: float
+    database: str = ""  # the current database at CREATE: unqualified names in `sql` resolve there
 
     @property
     def store(self) -> str:
@@ -71,9 +72,7 @@ class Engine:
         if isinstance(statement, RefreshView):
             return self._stats_frame([self.refresh(statement.name, full=statement.full)])
         if isinstance(statement, RefreshAll):
-            versions: dict[str, int] = {}  # each source's version is looked up once for all views
-            return self._stats_frame([self.refresh(e.name, entry=e, source_versions=versions)
-                                      for e in self._ordered_entries()])
+            return self._stats_frame(self.refresh_all())
         if isinstance(statement, DropView):
             self.drop(statement.name, statement.if_exists)
             return self._message(f"dropped incremental view {self.qualify(statement.name)}")
@@ -125,12 +124,15 @@ class Engine:
                 return pickle.loads(base64.b64decode(rows[0]["entry"]))
         raise UnknownViewError(f"no incremental view named {qualified}")
 
-    def _save_entry(self, e: ViewEntry) -> None:
+    def _save_entry(self, e: ViewEntry, new: bool = False) -> None:
         self._ensure_catalog()
         blob = base64.b64encode(pickle.dumps(e)).decode()
-        self.spark.createDataFrame([(e.name, e.sql, blob, e.created_at)],
-                                   "name STRING, sql STRING, entry STRING, created_at DOUBLE"
-                                   ).createOrReplaceTempView("__ivm_entry")
+        row = self.spark.createDataFrame([(e.name, e.sql, blob, e.created_at)],
+                                         "name STRING, sql STRING, entry STRING, created_at DOUBLE")
+        if new:  # an append is a cheaper commit than a MERGE
+            row.write.format("delta").mode("append").saveAsTable(self.catalog_table)
+            return
+        row.createOrReplaceTempView("__ivm_entry")
         self.spark.sql(
             f"MERGE INTO {self.catalog_table} t USING __ivm_entry s ON t.name = s.name "
             f"WHEN MATCHED THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *")
@@ -161,34 +163,50 @@ class Engine:
     # -- CREATE --------------------------------------------------------------------------------------
     def create(self, stmt: CreateView) -> None:
         name = self.qualify(stmt.name)
-        if any(e.name == name for e in self._entries()):
+        entries = self._entries()
+        if any(e.name == name for e in entries):
             if stmt.if_not_exists:
                 return
             raise ViewExistsError(f"incremental view {name} already exists")
         if self.spark.catalog.tableExists(name):
             raise ViewExistsError(f"a table or view named {name} already exists")
-        store = f"{name}__ivm_maps"
+        store = self._store_name(name, stmt.options)
+        new_store = not self.spark.catalog.tableExists(store)
+        if not new_store:
+            columns = {f.name for f in self.spark.table(store).schema.fields}
+            if not {"map_id", "src", "src_version"} <= columns:
+                raise IVMError(f"{store} exists and is not a map store; choose another store name")
         try:
-            entry = self._build(name, stmt.query, stmt.options, store)
-            self._save_entry(entry)
+            entry = self._build(name, stmt.query, stmt.options, store, stmt.positioned_query or stmt.query,
+                                entries)
+            self._save_entry(entry, new=True)
         except BaseException:
-            self._remove_objects(name, store)
+            self._remove_objects(name, store, keep_store=not new_store)
             raise
 
-    def _build(self, name: str, sql: str, options: dict, store: str) -> ViewEntry:
-        tables = source_tables.referenced_tables(sql)
+    def _store_name(self, name: str, options: dict) -> str:
+        shared = options.get("store")
+        return self.qualify(shared) if shared else f"{name}__ivm_maps"
+
+    def _store_members(self, store: str, entries=None) -> list[ViewEntry]:
+        return [e for e in (self._entries() if entries is None else entries) if e.store == store]
+
+    def _build(self, name: str, sql: str, options: dict, store: str, positioned_sql: str | None = None,
+               entries: list[ViewEntry] | None = None) -> ViewEntry:
+        positioned_sql = positioned_sql or sql
+        tables = source_tables.referenced_tables(positioned_sql)
         schemas, qualified = {}, {}
         for t in tables:
             q = self.qualify(t)
             if self.spark.catalog.tableExists(q) and q != name:
                 schemas[t] = [f.name for f in self.spark.table(q).schema.fields]
                 qualified[t] = q
-        query = translate(sql, schemas)  # raises UnknownTableError for the missing ones
+        query = translate(positioned_sql, schemas)  # raises UnknownTableError for the missing ones
         plan = compile_query(query, name=name.split(".")[-1], depth=options.get("depth"))
         relation_tables = {r: qualified[_schema_key(r, qualified)] for r in query.relations}
         for table in set(relation_tables.values()):
             source_tables.check_delta_source(self.spark, table)
-        output_types = [[f.name, f.dataType.simpleString()] for f in self.spark.sql(sql).schema.fields]
+        output_types = [[f.name, f.dataType.simpleString()] for f in _query_schema(self.spark, positioned_sql)]
         names = [n.lower() for n, _ in output_types]
         repeated = sorted({n for n in names if names.count(n) > 1})
         if repeated:
@@ -199,52 +217,109 @@ class Engine:
         source_columns = {t: [[f.name, f.dataType.simpleString()] for f in self.spark.table(t).schema.fields]
                           for t in set(relation_tables.values())}
 
-        sources = self._sources(relation_tables, source_columns, versions, layout=None, store_version=None)
+        with _RefreshRun(self.spark) as run:
+            return self._build_store(name, sql, options, store, plan, relation_tables, source_columns,
+                                     output_types, versions, run, entries)
+
+    def _build_store(self, name, sql, options, store, plan, relation_tables, source_columns, output_types,
+                     versions, run: "_RefreshRun", entries=None) -> ViewEntry:
+        """Compute the maps from the sources as of `versions` into the store; the view's entry."""
+        sources = self._sources(relation_tables, source_columns, versions, None, None, run)
         computed = {}
         for m in plan.maps:
             df = self.spark.sql(statement_sql(m.definition, m.keys, sources))
             computed[m.name] = df
         key_types: dict[str, str] = {}
-        stored = []
-        for i, m in enumerate(plan.maps):
+        value_types = {}
+        for m in plan.maps:
             fields = {f.name: f.dataType.simpleString() for f in computed[m.name].schema.fields}
             for k in m.keys:
                 key_types.setdefault(k, fields[k])
-            stored.append(StoredMap(i, m.name, m.keys, _value_type(fields[VALUE])))
-        layout = StoreLayout(store, tuple(stored), tuple(key_types.items()))
-
-        parts = [layout.rows_sql(m.name, statement_sql(m.definition, m.keys, sources)) for m in plan.maps]
-        parts.append(layout.progress_sql(versions))
-        self.spark.sql(
-            f"CREATE TABLE {store} USING delta TBLPROPERTIES ('delta.enableDeletionVectors' = 'true', "
-            f"'delta.enableChangeDataFeed' = 'false') AS " + " UNION ALL ".join(parts))
+            value_types[m.name] = _value_type(fields[VALUE])
+        layout = self._allocate(store, name, plan, key_types, value_types, entries)
+        new_store = not self.spark.catalog.tableExists(store)
+        store_columns = layout.columns if new_store else self._extend_store(store, layout)
+        rows = " UNION ALL ".join(
+            [layout.rows_sql(m.name, statement_sql(m.definition, m.keys, sources), store_columns)
+             for m in plan.maps] + [layout.progress_sql(versions, store_columns)])
+        if new_store:
+            self.spark.sql(
+                f"CREATE TABLE {store} USING delta TBLPROPERTIES ('delta.enableDeletionVectors' = 'true', "
+                f"'delta.enableChangeDataFeed' = 'false') AS {rows}")
+        else:
+            self.spark.sql(f"INSERT INTO {store} {rows}")
         entry = ViewEntry(name, sql, options, plan, layout, relation_tables, source_columns, output_types,
-                          time.time())
+                          time.time(), self.spark.catalog.currentDatabase())
         self.spark.sql(f"CREATE VIEW {name} AS {read_view_sql(entry)}")
         return entry
 
-    def _remove_objects(self, name: str, store: str) -> None:
-        for statement in (f"DROP VIEW IF EXISTS {name}", f"DROP TABLE IF EXISTS {store}"):
+    def _allocate(self, store: str, name: str, plan: Plan, key_types: dict[str, str],
+                  value_types: dict[str, str], entries: list[ViewEntry] | None = None) -> StoreLayout:
+        """The view's place in its store: map ids and a progress id no other view of the store uses, and
+        a store column per key variable (`k_<var>`, or `k_<var>_<type>` if another view has `k_<var>`
+        with another type)."""
+        members = [e for e in self._store_members(store, entries) if e.name != name]
+        taken = {}
+        if self.spark.catalog.tableExists(store):
+            taken = {f.name: f.dataType.simpleString() for f in self.spark.table(store).schema.fields}
+        first_id = max([i for e in members for i in e.layout.map_ids] + [-1]) + 1
+        progress_id = min([i for e in members for i in e.layout.map_ids] + [0]) - 1
+        names = []
+        for var, type_sql in key_types.items():
+            column = key_column(var)
+            if taken.get(column, type_sql) != type_sql:
+                column = key_column(var, type_sql)
+            names.append((var, column))
+        maps = tuple(StoredMap(first_id + i, m.name, m.keys, value_types[m.name]) for i, m in enumerate(plan.maps))
+        layout = StoreLayout(store, maps, tuple(key_types.items()), tuple(names), progress_id)
+        for column, type_sql in layout.columns.columns:
+            if taken.get(column, type_sql) != type_sql:
+                raise IVMError(f"map store {store} has a column {column} of type {taken[column]}, "
+                               f"view {name} needs {type_sql}")
+        return layout
+
+    def _extend_store(self, store: str, layout: StoreLayout) -> StoreColumns:
+        """Add the columns the view needs to a shared store; the store's columns after that."""
+        have = {f.name for f in self.spark.table(store).schema.fields}
+        missing = [(c, t) for c, t in layout.columns.columns if c not in have]
+        if missing:
+            self.spark.sql(f"ALTER TABLE {store} ADD COLUMNS ({', '.join(f'{c} {t}' for c, t in missing)})")
+        return self._store_columns(store)
+
+    def _store_columns(self, store: str) -> StoreColumns:
+        return StoreColumns(tuple((f.name, f.dataType.simpleString()) for f in self.spark.table(store).schema.fields))
+
+    def _remove_objects(self, name: str, store: str, keep_store: bool = False) -> None:
+        """Drop the view and its maps: the whole store when no other view uses it (unless keep_store),
+        else every row that belongs to no other view (also what a CREATE that failed half-way wrote)."""
+        statements = [f"DROP VIEW IF EXISTS {name}"]
+        others = [i for e in self._store_members(store) if e.name != name for i in e.layout.map_ids]
+        if others or keep_store:
+            kept = f"map_id NOT IN ({', '.join(map(str, others))})" if others else "TRUE"
+            statements.append(f"DELETE FROM {store} WHERE {kept}")
+        else:
+            statements.append(f"DROP TABLE IF EXISTS {store}")
+        for statement in statements:
             try:
                 self.spark.sql(statement)
             except Exception as exc:  # cleanup must not hide the original error
                 log.warning("cleanup of %s failed: %s", name, exc)
 
     # -- sources ---------------------------------------------------------------------------------------
-    def _sources(self, relation_tables, source_columns, versions, layout, store_version, deltas=None,
-                 pending=None) -> Sources:
+    def _sources(self, relation_tables, source_columns, versions, layout, store_version, run: "_RefreshRun",
+                 deltas=None, pending=None) -> Sources:
         deltas = deltas or {}
         pending = pending or {}
 
         def relation(rel: str) -> str:
             table = relation_tables[rel]
-            return f"{table} VERSION AS OF {versions[table]}"
+            return run.pinned(table, versions[table])
 
         def delta(rel: str) -> str:
             return deltas[rel]
 
         def map_sql(map_name: str) -> str:
-            base = layout.read_map_sql(map_name, store_version)
+            base = layout.read_map_sql(map_name, run.pinned(layout.table, store_version))
             extra = pending.get(map_name)
             if not extra:
                 return base
@@ -262,47 +337,67 @@ class Engine:
         )
 
     # -- REFRESH -------------------------------------------------------------------------------------
-    def refresh(self, name: str, full: bool = False, entry: ViewEntry | None = None,
-                source_versions: dict[str, int] | None = None) -> dict:
-        started = time.perf_counter()
-        entry = entry or self.entry(name)
-        source_versions = {} if source_versions is None else source_versions
+    def refresh(self, name: str, full: bool = False) -> dict:
+        entry = self.entry(name)
         if full:
-            return self._rebuild(entry, started)
-        store_version = source_tables.current_version(self.spark, entry.store)
-        applied = self._progress(entry, store_version)
+            return self._rebuild(entry, time.perf_counter())
+        with _RefreshRun(self.spark) as run:
+            return self._refresh_store([entry], run)[0]
+
+    def refresh_all(self) -> list[dict]:
+        """Every view, one MERGE per map store: views that share a store are refreshed atomically."""
+        by_store: dict[str, list[ViewEntry]] = {}
+        for e in self._ordered_entries():
+            by_store.setdefault(e.store, []).append(e)
+        stats = []
+        with _RefreshRun(self.spark) as run:
+            for entries in by_store.values():
+                stats += self._refresh_store(entries, run)
+        return stats
+
+    def _refresh_store(self, entries: list[ViewEntry], run: "_RefreshRun") -> list[dict]:
+        """Refresh views of one map store with one MERGE; their statistics, in order."""
+        started = time.perf_counter()
+        store = entries[0].store
+        store_version = source_tables.current_version(self.spark, store)
+        progress = self._progress(run.pinned(store, store_version))
         _crash_point("after_progress")
-        targets = {}
-        for table in set(entry.sources.values()):
-            self._check_source_schema(entry, table)
-            if table not in source_versions:
-                source_versions[table] = source_tables.current_version(self.spark, table)
-            targets[table] = source_versions[table]
-        changed = [t for t in _ordered_tables(entry) if targets[t] > applied[t]]
-        if not changed:
-            return self._stats(entry, "up to date", applied, 0, started)
-
-        batch_id = uuid.uuid4().hex[:8]
-        temporary: list[str] = []  # temp views of this refresh only
-        try:
-            increments = self._increments(entry, changed, applied, targets, store_version, batch_id, temporary)
-            _crash_point("after_deltas")
-            staged_view = f"__ivm_staged_{batch_id}"
-            self.spark.sql(self._staged_sql(entry, increments, targets)).createOrReplaceTempView(staged_view)
-            temporary.append(staged_view)
+        store_columns = self._store_columns(store)
+        stats: dict[str, dict] = {}
+        staged: list[tuple[ViewEntry, dict[str, int], str]] = []
+        for entry in entries:
+            applied = self._applied(entry, progress)
+            targets = {t: run.version(t) for t in set(entry.sources.values())}
+            for table in targets:
+                self._check_source_schema(entry, table, run.columns(table))
+            changed = [t for t in _ordered_tables(entry) if targets[t] > applied[t]]
+            if not changed:
+                stats[entry.name] = self._stats(entry, "up to date", applied, 0, started)
+                continue
+            try:
+                increments = self._increments(entry, changed, applied, targets, store_version, store_columns, run)
+                rows = staged_sql(increments, [entry.layout.progress_sql(targets, store_columns)], store_columns)
+                # Materialized once: MERGE would otherwise evaluate the triggers' joins twice (once to find
+                # the files it touches, once to write), each time resolving every pinned version again.
+                staged.append((entry, targets, run.checkpoint(rows)))
+            except IVMError:
+                raise
+            except Exception as exc:
+                raise _refresh_failure(entry, exc) from exc
+        _crash_point("after_deltas")
+        if staged:
+            source = run.temp_view(" UNION ALL ".join(f"SELECT * FROM {view}" for _, _, view in staged))
             _crash_point("before_merge")
-            rows = self._merge(entry, staged_view, store_version)
-        except IVMError:
-            raise
-        except Exception as exc:
-            raise _refresh_failure(entry, exc) from exc
-        finally:
-            for view in temporary:
-                self.spark.catalog.dropTempView(view)
-        _crash_point("after_merge")
-        return self._stats(entry, "refreshed", targets, rows, started)
+            try:
+                merged = self._merge(store, store_columns, source, store_version)
+            except Exception as exc:
+                raise _refresh_failure(staged[0][0], exc) from exc
+            _crash_point("after_merge")
+            for entry, targets, _ in staged:
+                stats[entry.name] = self._stats(entry, "refreshed", targets, merged, started)
+        return [stats[e.name] for e in entries]
 
-    def _increments(self, entry, changed, applied, targets, store_version, batch_id, temporary) -> list[str]:
+    def _increments(self, entry, changed, applied, targets, store_version, store_columns, run) -> list[str]:
         """SQL of every map increment of this refresh, in the map store's row shape.
 
         Sources are applied one after the other (the product rule): the triggers of a later source
@@ -312,33 +407,29 @@ class Engine:
         pending: dict[str, list[str]] = {}  # map -> temp views of increments from earlier sources
         increments: list[str] = []
         for i, table in enumerate(changed):
-            # The consolidated batch is read by every statement of the trigger: compute it once.
-            batch_view = f"__ivm_{batch_id}_batch_{i}"
-            # (Checkpointed, not cached: Delta refuses a MERGE whose source plan holds cached parts.)
-            batch = self.spark.sql(source_tables.change_rows_sql(
-                table, applied[table] + 1, targets[table], entry.source_columns[table])).localCheckpoint()
-            batch.createOrReplaceTempView(batch_view)
-            temporary.append(batch_view)
+            # The consolidated batch is read by every statement of the trigger (and by other views).
+            batch_view = run.batch(table, applied[table] + 1, targets[table], entry.source_columns[table])
             relations = [r for r, t in entry.sources.items() if t == table]
             sources = self._sources(entry.sources, entry.source_columns, versions, entry.layout, store_version,
-                                    {r: batch_view for r in relations}, pending)
-            step = [(s.target, self._statement_increments(entry, s, sources, store_version))
+                                    run, {r: batch_view for r in relations}, pending)
+            # A re-evaluation (:=) computes the map's new contents, so it reads this source after its batch.
+            after = self._sources(entry.sources, entry.source_columns, {**versions, table: targets[table]},
+                                  entry.layout, store_version, run, {r: batch_view for r in relations}, pending)
+            step = [(s.target, self._statement_increments(entry, s, after if s.op == ":=" else sources))
                     for rel in relations if entry.plan.trigger(rel)
                     for s in entry.plan.trigger(rel).statements]
             last = i + 1 == len(changed)
             for target, sql in step:
-                if last:
-                    increments.append(entry.layout.rows_sql(target, sql))
-                    continue
-                view = f"__ivm_{batch_id}_{i}_{len(pending.get(target, []))}_{target}"
-                self.spark.sql(sql).localCheckpoint().createOrReplaceTempView(view)
-                temporary.append(view)
-                pending.setdefault(target, []).append(view)
-                increments.append(entry.layout.rows_sql(target, f"SELECT * FROM {view}"))
+                if not last:
+                    # Later sources read the map with this increment added.
+                    view = run.checkpoint(sql)
+                    pending.setdefault(target, []).append(view)
+                    sql = f"SELECT * FROM {view}"
+                increments.append(entry.layout.rows_sql(target, sql, store_columns))
             versions[table] = targets[table]
         return increments
 
-    def _statement_increments(self, entry: ViewEntry, s, sources: Sources, store_version: int) -> str:
+    def _statement_increments(self, entry: ViewEntry, s, sources: Sources) -> str:
         if s.op == ":=":
             # Re-evaluation (depth 0): new contents minus old, as an increment.
             keys = ", ".join(quote(k) for k in s.keys)
@@ -350,25 +441,14 @@ class Engine:
             return f"SELECT {sel}SUM({VALUE}) AS {VALUE} FROM ({union}) d{group} HAVING SUM({VALUE}) <> 0"
         return statement_sql(s.expr, s.keys, sources)
 
-    def _staged_sql(self, entry: ViewEntry, increments: list[str], versions: dict[str, int]) -> str:
-        layout = entry.layout
-        keys = ["map_id"] + [key_column(v) for v, _ in layout.key_types]
-        sums = [f"SUM({c}) AS {c}" for c, _ in layout.value_columns]
-        grouped = (f"SELECT {', '.join(keys + sums)}, CAST(NULL AS STRING) AS src, "
-                   f"CAST(NULL AS BIGINT) AS src_version FROM ({' UNION ALL '.join(increments)}) AS i "
-                   f"GROUP BY {', '.join(keys)}") if increments else None
-        progress = layout.progress_sql(versions)
-        return progress if grouped is None else f"{grouped} UNION ALL {progress}"
-
-    def _merge(self, entry: ViewEntry, staged_view: str, store_version: int) -> int:
+    def _merge(self, store: str, store_columns: StoreColumns, staged_view: str, store_version: int) -> int:
         """One MERGE of all map increments and the new progress; returns the rows it touched."""
         settings = {
             # Idempotent write: a second MERGE computed from the same store version is skipped by
             # Delta, so a retried or concurrent refresh can never apply the same changes twice.
-            "spark.databricks.delta.write.txnAppId": f"spark_ivm:{entry.store}",
+            "spark.databricks.delta.write.txnAppId": f"spark_ivm:{store}",
             "spark.databricks.delta.write.txnVersion": str(store_version + 1),
-            # The source reads pinned versions only, so it is deterministic: no need for MERGE to
-            # materialize it first.
+            # The source is checkpointed, so it is deterministic: no need for MERGE to copy it first.
             "spark.databricks.delta.merge.materializeSource": "none",
         }
         conf = self.spark.conf
@@ -376,7 +456,7 @@ class Engine:
         for k, v in settings.items():
             conf.set(k, v)
         try:
-            result = self.spark.sql(entry.layout.merge_sql(staged_view)).collect()
+            result = self.spark.sql(merge_sql(store, staged_view, store_columns)).collect()
         finally:
             for k, v in previous.items():
                 if v is None:
@@ -385,21 +465,29 @@ class Engine:
                     conf.set(k, v)
         return int(result[0]["num_affected_rows"]) if result else 0
 
-    def _progress(self, entry: ViewEntry, store_version: int) -> dict[str, int]:
-        rows = self.spark.sql(
-            f"SELECT src, src_version FROM {entry.store} VERSION AS OF {store_version} "
-            f"WHERE map_id = {PROGRESS}").collect()
-        applied = {r["src"]: r["src_version"] for r in rows}
+    def _progress(self, store_rows: str) -> dict[int, dict[str, int]]:
+        """Progress id -> {source table: last version applied}, for every view of the store, from
+        `store_rows` (the store as of the version the refresh pins)."""
+        rows = self.spark.sql(f"SELECT map_id, src, src_version FROM {store_rows} WHERE map_id < 0").collect()
+        progress: dict[int, dict[str, int]] = {}
+        for r in rows:
+            progress.setdefault(r["map_id"], {})[r["src"]] = r["src_version"]
+        return progress
+
+    @staticmethod
+    def _applied(entry: ViewEntry, progress: dict[int, dict[str, int]]) -> dict[str, int]:
+        applied = progress.get(entry.layout.progress_id, {})
         missing = [t for t in entry.sources.values() if t not in applied]
         if missing:
             raise RefreshError(f"view {entry.name} has no recorded progress for {missing[0]}; "
                                f"run REFRESH INCREMENTAL VIEW {entry.name} FULL")
         return applied
 
-    def _check_source_schema(self, entry: ViewEntry, table: str) -> None:
-        if not self.spark.catalog.tableExists(table):
+    @staticmethod
+    def _check_source_schema(entry: ViewEntry, table: str, now: list[list[str]] | None) -> None:
+        """`now`: the table's [[column, type], …] at this refresh, None when it no longer exists."""
+        if now is None:
             raise RefreshError(f"source table {table} of view {entry.name} no longer exists")
-        now = [[f.name, f.dataType.simpleString()] for f in self.spark.table(table).schema.fields]
         if now != entry.source_columns[table]:
             raise RefreshError(
                 f"the columns of source table {table} changed since view {entry.name} was built "
@@ -414,7 +502,13 @@ class Engine:
         """FULL refresh: compile again against the current schemas and recompute every map."""
         store = entry.store
         self._remove_objects(entry.name, store)
-        fresh = self._build(entry.name, entry.sql, entry.options, store)
+        # The definition's unqualified names mean what they meant at CREATE, whatever is current now.
+        current = self.spark.catalog.currentDatabase()
+        self.spark.catalog.setCurrentDatabase(getattr(entry, "database", "") or entry.name.split(".")[0])
+        try:
+            fresh = self._build(entry.name, entry.sql, entry.options, store)
+        finally:
+            self.spark.catalog.setCurrentDatabase(current)
         fresh.created_at = entry.created_at
         self._save_entry(fresh)
         versions = {t: source_tables.current_version(self.spark, t) for t in set(fresh.sources.values())}
@@ -435,8 +529,7 @@ class Engine:
         rows = []
         for e in self._entries():
             try:
-                version = source_tables.current_version(self.spark, e.store)
-                applied = self._progress(e, version)
+                applied = self._applied(e, self._progress(e.store))
                 state = "ok"
             except Exception as exc:  # a broken view is listed, not hidden
                 applied, state = {}, f"error: {exc}"
@@ -453,6 +546,86 @@ class Engine:
         for m in e.layout.maps:
             lines.append(f"-- map {m.name}[{', '.join(m.keys)}]: {counts.get(m.map_id, 0)} rows, value {m.value_type}")
         return "\n".join(lines) + "\n" + e.plan.explain()
+
+
+class _RefreshRun:
+    """What the views of one REFRESH (or CREATE) statement share: each source's version and columns,
+    looked up once; each source's consolidated batch and each pinned table version, resolved once;
+    and the temporary views, dropped at the end."""
+
+    def __init__(self, spark):
+        self.spark = spark
+        self.run_id = uuid.uuid4().hex[:8]
+        self.versions: dict[str, int] = {}
+        self.batches: dict[tuple, str] = {}
+        self.pins: dict[tuple, str] = {}
+        self.schemas: dict[str, list[list[str]] | None] = {}
+        self.temporary: list[str] = []
+
+    def __enter__(self) -> "_RefreshRun":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for view in self.temporary:
+            self.spark.catalog.dropTempView(view)
+
+    def version(self, table: str) -> int:
+        if table not in self.versions:
+            self.versions[table] = source_tables.current_version(self.spark, table)
+        return self.versions[table]
+
+    def columns(self, table: str) -> list[list[str]] | None:
+        """The table's [[column, type], …] now, or None when it does not exist."""
+        if table not in self.schemas:
+            self.schemas[table] = ([[f.name, f.dataType.simpleString()] for f in self.spark.table(table).schema.fields]
+                                   if self.spark.catalog.tableExists(table) else None)
+        return self.schemas[table]
+
+    def _register(self, df) -> str:
+        name = f"__ivm_{self.run_id}_{len(self.temporary)}"
+        df.createOrReplaceTempView(name)
+        self.temporary.append(name)
+        return name
+
+    def temp_view(self, sql: str, checkpoint: bool = False) -> str:
+        df = self.spark.sql(sql)
+        # Checkpointed, not cached: Delta refuses a MERGE whose source plan holds cached parts.
+        return self._register(df.localCheckpoint() if checkpoint else df)
+
+    def checkpoint(self, sql: str) -> str:
+        return self.temp_view(sql, checkpoint=True)
+
+    def pinned(self, table: str, version: int) -> str:
+        """A temporary view of the table as of a version. Every statement that reads the table reads
+        the view, so Delta resolves that version's snapshot once, not once per reference."""
+        key = (table, version)
+        if key not in self.pins:
+            self.pins[key] = self._register(self.spark.read.format("delta").option("versionAsOf", version).table(table))
+        return self.pins[key]
+
+    def batch(self, table: str, start: int, end: int, columns) -> str:
+        key = (table, start, end)
+        if key not in self.batches:
+            self.batches[key] = self.checkpoint(source_tables.change_rows_sql(table, start, end, columns))
+        return self.batches[key]
+
+
+def _query_schema(spark, sql: str):
+    """The output fields of the defining query, with Spark's own rejections as IVM errors."""
+    from pyspark.errors import AnalysisException, ParseException
+
+    try:
+        return spark.sql(sql).schema.fields
+    except ParseException as exc:
+        # Spark's grammar is stricter than the front end's in places (e.g. `SELECT g,, x`).
+        message = str(exc).strip().splitlines()[0]
+        where = re.search(r"\(line (\d+), pos (\d+)\)", message)
+        message = re.sub(r"\s*SQLSTATE: \w+|\s*\(line \d+, pos \d+\)", "", message)
+        if where:
+            raise ParseError(message, int(where[1]), int(where[2]) + 1) from None
+        raise ParseError(message) from None
+    except AnalysisException as exc:
+        raise InvalidQueryError(f"Spark rejects the query: {str(exc).strip().splitlines()[0]}") from None
 
 
 def _refresh_failure(entry: ViewEntry, exc: Exception) -> Exception:
@@ -488,18 +661,20 @@ def read_view_sql(entry: ViewEntry) -> str:
     prefix = entry.name.split(".")[-1]
     stored = {a.name: layout.map(f"{prefix}_{a.name}") for a in query.aggregates}
     sums = [a for a in query.aggregates if a.reduce is None]
-    keys = [f"{key_column(k)} AS {quote(k)}" for k in query.keys]
+    keys = [f"{layout.key_column(k)} AS {quote(k)}" for k in query.keys]
     columns = [f"COALESCE(MAX(CASE WHEN map_id = {stored[a.name].map_id} THEN {stored[a.name].value_column} END), 0)"
                f" AS {quote(a.name)}" for a in sums]
     ids = ", ".join(str(stored[a.name].map_id) for a in sums)
-    group = f" GROUP BY {', '.join(key_column(k) for k in query.keys)}" if query.keys else ""
+    group = f" GROUP BY {', '.join(layout.key_column(k) for k in query.keys)}" if query.keys else ""
     body = f"(SELECT {', '.join(keys + columns)} FROM {layout.table} WHERE map_id IN ({ids}){group}) AS g"
     for i, a in enumerate(a for a in query.aggregates if a.reduce is not None):
         m = stored[a.name]
-        reduced = _REDUCERS[a.reduce].format(key_column(a.value_keys[0]))
-        sub = (f"SELECT {', '.join(keys + [f'{reduced} AS {quote(a.name)}'])} FROM {layout.table} "
+        reduced = _REDUCERS[a.reduce].format(layout.key_column(a.value_keys[0]))
+        # The reduced side's keys get names of their own, so the outer SELECT's key names stay unambiguous.
+        side_keys = [f"{layout.key_column(k)} AS {quote('__r_' + k)}" for k in query.keys]
+        sub = (f"SELECT {', '.join(side_keys + [f'{reduced} AS {quote(a.name)}'])} FROM {layout.table} "
                f"WHERE map_id = {m.map_id} AND {m.value_column} > 0{group}")
-        on = " AND ".join(f"g.{quote(k)} <=> r{i}.{quote(k)}" for k in query.keys)
+        on = " AND ".join(f"g.{quote(k)} <=> r{i}.{quote('__r_' + k)}" for k in query.keys)
         body += f" LEFT JOIN ({sub}) AS r{i} ON {on}" if on else f" CROSS JOIN ({sub}) AS r{i}"
     conditions = []
     if query.keys:

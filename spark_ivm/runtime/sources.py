@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import logging
 
-import sqlglot
 from sqlglot import exp
 
-from spark_ivm.errors import IVMError, ParseError
+from spark_ivm.errors import IVMError
 from spark_ivm.runtime.sqlgen import MULTIPLICITY, quote
+from spark_ivm.sql import SqlSource
 
 log = logging.getLogger("spark_ivm")
 
@@ -22,11 +22,7 @@ class SourceError(IVMError):
 
 def referenced_tables(sql: str) -> list[str]:
     """Names of the tables a query reads (CTE names excluded), as written, in order."""
-    try:
-        tree = sqlglot.parse_one(sql, read="spark")
-    except sqlglot.errors.ParseError as exc:
-        err = exc.errors[0] if exc.errors else {}
-        raise ParseError(f"syntax error: {err.get('description', exc)}", err.get("line"), err.get("col")) from None
+    tree = SqlSource(sql).statement  # syntax errors are reported as the front end reports them
     ctes = {c.alias_or_name.lower() for c in tree.find_all(exp.CTE)}
     names = []
     for t in tree.find_all(exp.Table):

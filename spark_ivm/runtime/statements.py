@@ -30,7 +30,7 @@ _SHOW = re.compile(r"^\s*SHOW\s+INCREMENTAL\s+VIEWS\s*;?\s*$", re.I)
 _EXPLAIN = re.compile(r"^\s*EXPLAIN\s+INCREMENTAL\s+VIEW\s+" + _NAME + r"\s*;?\s*$", re.I)
 _ANY_IVM = re.compile(r"^\s*(CREATE|REFRESH|DROP|SHOW|EXPLAIN)\s+INCREMENTAL\b", re.I)
 
-KNOWN_OPTIONS = {"depth"}
+KNOWN_OPTIONS = {"depth", "store"}
 
 
 @dataclass(frozen=True)
@@ -39,6 +39,9 @@ class CreateView:
     query: str
     if_not_exists: bool = False
     options: dict = field(default_factory=dict)
+    # The statement with everything before the query blanked out (line breaks kept): parsing it
+    # gives error positions that count in the text the user passed to spark.sql.
+    positioned_query: str = ""
 
 
 @dataclass(frozen=True)
@@ -80,7 +83,10 @@ def parse_statement(text: str):
         query = m.group("query").strip().rstrip(";").strip()
         if not query:
             raise ParseError("CREATE INCREMENTAL VIEW needs a query after AS")
-        return CreateView(unquote(m.group("name")), query, bool(m.group("ine")), _options(m.group("options")))
+        head = re.sub(r"[^\n]", " ", text[:m.start("query")])
+        positioned = head + text[m.start("query"):].rstrip().rstrip(";")
+        return CreateView(unquote(m.group("name")), query, bool(m.group("ine")), _options(m.group("options")),
+                          positioned)
     if _REFRESH_ALL.match(text):
         return RefreshAll()
     if m := _REFRESH.match(text):
