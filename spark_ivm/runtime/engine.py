@@ -309,7 +309,7 @@ class Engine:
     def _sources(self, relation_tables, source_columns, versions, layout, store_version, run: "_RefreshRun",
                  deltas=None, pending=None) -> Sources:
         deltas = deltas or {}
-        pending = pending or {}
+        pending = pending or {}  # map -> its increments from sources applied earlier in this refresh
 
         def relation(rel: str) -> str:
             table = relation_tables[rel]
@@ -324,7 +324,7 @@ class Engine:
             if not extra:
                 return base
             keys = ", ".join(quote(k) for k in layout.map(map_name).keys)
-            union = " UNION ALL ".join([f"SELECT * FROM {base} AS b"] + [f"SELECT * FROM {x}" for x in extra])
+            union = " UNION ALL ".join(f"SELECT * FROM {x} AS p{i}" for i, x in enumerate([base] + extra))
             group = f" GROUP BY {keys}" if keys else ""
             return f"(SELECT {keys + ', ' if keys else ''}SUM({VALUE}) AS {VALUE} FROM ({union}) AS p{group})"
 
@@ -404,7 +404,7 @@ class Engine:
         read the base tables and maps as updated by the batches of the earlier ones.
         """
         versions = dict(applied)  # the version of each source that the current trigger sees
-        pending: dict[str, list[str]] = {}  # map -> temp views of increments from earlier sources
+        pending: dict[str, list[str]] = {}  # map -> its increments from earlier sources (table expressions)
         increments: list[str] = []
         for i, table in enumerate(changed):
             # The consolidated batch is read by every statement of the trigger (and by other views).
@@ -418,14 +418,15 @@ class Engine:
             step = [(s.target, self._statement_increments(entry, s, after if s.op == ":=" else sources))
                     for rel in relations if entry.plan.trigger(rel)
                     for s in entry.plan.trigger(rel).statements]
-            last = i + 1 == len(changed)
-            for target, sql in step:
-                if not last:
-                    # Later sources read the map with this increment added.
-                    view = run.checkpoint(sql)
-                    pending.setdefault(target, []).append(view)
-                    sql = f"SELECT * FROM {view}"
-                increments.append(entry.layout.rows_sql(target, sql, store_columns))
+            rows = [entry.layout.rows_sql(target, sql, store_columns) for target, sql in step]
+            if i + 1 < len(changed) and rows:
+                # Later sources read the maps with this source's increments added: materialize them
+                # once, all maps together in the store's row shape (one Spark action, not one per map).
+                view = run.checkpoint(" UNION ALL ".join(rows))
+                for target in dict.fromkeys(target for target, _ in step):
+                    pending.setdefault(target, []).append(entry.layout.read_map_sql(target, view))
+                rows = [f"SELECT * FROM {view}"]
+            increments += rows
             versions[table] = targets[table]
         return increments
 
