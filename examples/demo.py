@@ -18,11 +18,9 @@ import sys
 import tempfile
 import time
 import traceback
-from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import sqlglot
 from rich import box
 from rich.console import Console
 from rich.markup import escape
@@ -31,6 +29,7 @@ from rich.table import Table
 
 import spark_ivm
 from spark_ivm import tpch
+from spark_ivm.tpch import compare
 
 DATABASE = "tpch"
 HOLD_BACK = 0.01  # fraction of the orders inserted by the first batch
@@ -67,58 +66,6 @@ class ViewRun:
     create_s: float | None = None
     checks: list[Check] = field(default_factory=list)
     error: str | None = None  # the statement that failed and its message
-
-
-def order_columns(sql: str, columns: list[str]) -> list[str] | None:
-    """The output columns the query's final ORDER BY sorts on, or None when it sorts on anything else."""
-    tree = sqlglot.parse_one(sql, read="spark")
-    order = tree.args.get("order")
-    if order is None:
-        return None
-    names = []
-    for item in order.expressions:
-        target = item.this
-        if not isinstance(target, sqlglot.exp.Column) or target.name.lower() not in [c.lower() for c in columns]:
-            return None
-        names.append(next(c for c in columns if c.lower() == target.name.lower()))
-    return names
-
-
-def compare(sql: str, expected_rows, actual_rows, columns) -> tuple[str | None, str]:
-    """(problem, note): problem is None when the view's rows are the query's rows."""
-    expected = [tuple(r) for r in expected_rows]
-    actual = [tuple(r) for r in actual_rows]
-    if Counter(expected) != Counter(actual):
-        if _limited_ties(sql, expected, actual, columns):
-            return None, "another choice among the rows tied on the sort keys at the LIMIT"
-        missing = list((Counter(expected) - Counter(actual)).elements())
-        extra = list((Counter(actual) - Counter(expected)).elements())
-        return (f"{len(missing)} query rows missing from the view, {len(extra)} extra rows in the view; "
-                f"first missing: {missing[:3]}; first extra: {extra[:3]}"), ""
-    tree = sqlglot.parse_one(sql, read="spark")
-    if tree.args.get("order") is None or expected == actual:
-        return None, ""
-    keys = order_columns(sql, columns)
-    if keys is None:
-        return "same rows but in a different order (ORDER BY on an expression: cannot tell ties apart)", ""
-    idx = [columns.index(k) for k in keys]
-    if [tuple(r[i] for i in idx) for r in expected] == [tuple(r[i] for i in idx) for r in actual]:
-        return None, "rows with equal sort keys in another order"
-    return "rows in a different order", ""
-
-
-def _limited_ties(sql: str, expected, actual, columns) -> bool:
-    """With ORDER BY … LIMIT, rows tied on the sort keys at the cut may legitimately differ."""
-    tree = sqlglot.parse_one(sql, read="spark")
-    keys = order_columns(sql, columns)
-    if tree.args.get("limit") is None or keys is None or len(expected) != len(actual) or not expected:
-        return False
-    idx = [columns.index(k) for k in keys]
-    key = lambda r: tuple(r[i] for i in idx)  # noqa: E731
-    if [key(r) for r in expected] != [key(r) for r in actual]:
-        return False
-    last = key(expected[-1])
-    return Counter(r for r in expected if key(r) != last) == Counter(r for r in actual if key(r) != last)
 
 
 def check(spark, run: ViewRun, stage: str, refresh_s=None, rows_merged=None) -> Check:

@@ -2,6 +2,7 @@
 
     counts = load_tpch(spark, 0.01, "tpch", hold_back=0.01)  # 1% of the orders wait in *_pending
     insert_held_back(spark, "tpch")                          # RF1: insert them (and their lineitems)
+    delete_held_back(spark, "tpch")                          # … and take them out again
     delete_orders(spark, "tpch", 0.005)                      # RF2: delete 0.5% of the orders
     update_rows(spark, "tpch")                               # some lineitems and customers change
 
@@ -15,14 +16,19 @@ RF2 deletion takes the smallest keys, so the two never overlap.
 
 from __future__ import annotations
 
+import math
 import re
 import shutil
 import subprocess
 import sys
 import tempfile
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from decimal import Decimal
 from pathlib import Path
+
+import sqlglot
 
 TABLES = ("region", "nation", "supplier", "customer", "part", "partsupp", "orders", "lineitem")
 PENDING = {"orders": "orders_pending", "lineitem": "lineitem_pending"}
@@ -184,18 +190,39 @@ class Changed:
         return ", ".join(parts) or "no changes"
 
 
-def insert_held_back(spark, database: str = "tpch") -> Changed:
-    """RF1: insert the held-back orders and their lineitems, and empty the pending tables."""
+def insert_held_back(spark, database: str = "tpch", *, keep: bool = False) -> Changed:
+    """RF1: insert the held-back orders and their lineitems, and empty the pending tables (unless
+    `keep`: then the same batch can be inserted again after `delete_held_back`)."""
     inserted = {}
     for table, pending in PENDING.items():
-        source = f"{database}.{pending}"
-        if not spark.catalog.tableExists(source):
-            raise ValueError(f"{source} does not exist; load with load_tpch(..., hold_back=…)")
+        source = _pending_table(spark, database, pending)
         inserted[table] = spark.table(source).count()  # INSERT INTO reports no row count
         if inserted[table]:
             spark.sql(f"INSERT INTO {database}.{table} SELECT * FROM {source}")
-            spark.sql(f"DELETE FROM {source}")
+            if not keep:
+                spark.sql(f"DELETE FROM {source}")
     return Changed(inserted, {}, {})
+
+
+def delete_held_back(spark, database: str = "tpch") -> Changed:
+    """Undo `insert_held_back(keep=True)`: delete the orders (and their lineitems) whose keys are those
+    of the held-back batch."""
+    source = _pending_table(spark, database, PENDING["orders"])
+    first = spark.sql(f"SELECT MIN(o_orderkey) FROM {source}").collect()[0][0]
+    if first is None:
+        return Changed({}, {"orders": 0, "lineitem": 0}, {})
+    deleted = {
+        "lineitem": _affected(spark.sql(f"DELETE FROM {database}.lineitem WHERE l_orderkey >= {first}")),
+        "orders": _affected(spark.sql(f"DELETE FROM {database}.orders WHERE o_orderkey >= {first}")),
+    }
+    return Changed({}, deleted, {})
+
+
+def _pending_table(spark, database: str, pending: str) -> str:
+    source = f"{database}.{pending}"
+    if not spark.catalog.tableExists(source):
+        raise ValueError(f"{source} does not exist; load with load_tpch(..., hold_back=…)")
+    return source
 
 
 def delete_orders(spark, database: str = "tpch", fraction: float = 0.005) -> Changed:
@@ -247,6 +274,12 @@ class Query:
     sql: str  # the query without the leading comment
 
 
+def tables_read(sql: str) -> list[str]:
+    """The TPC-H tables a query reads, in the order of TABLES."""
+    names = {t.name.lower() for t in sqlglot.parse_one(sql, read="spark").find_all(sqlglot.exp.Table)}
+    return [t for t in TABLES if t in names]
+
+
 def read_query(name: str, folder: str | Path = QUERY_DIR) -> Query:
     """sql/tpch/<name>.sql, its leading `--` comment lines split off as the title."""
     path = Path(folder) / f"{name}.sql"
@@ -258,3 +291,85 @@ def read_query(name: str, folder: str | Path = QUERY_DIR) -> Query:
     while lines and lines[0].lstrip().startswith("--"):
         comment.append(lines.pop(0).lstrip()[2:].strip())
     return Query(name, " ".join(comment), "\n".join(lines).strip().rstrip(";").strip())
+
+
+# -- comparing a view's rows with the query's ------------------------------------------------------------
+def order_columns(sql: str, columns: list[str]) -> list[str] | None:
+    """The output columns the query's final ORDER BY sorts on, or None when it sorts on anything else."""
+    tree = sqlglot.parse_one(sql, read="spark")
+    order = tree.args.get("order")
+    if order is None:
+        return None
+    names = []
+    for item in order.expressions:
+        target = item.this
+        if not isinstance(target, sqlglot.exp.Column) or target.name.lower() not in [c.lower() for c in columns]:
+            return None
+        names.append(next(c for c in columns if c.lower() == target.name.lower()))
+    return names
+
+
+def compare(sql: str, expected_rows, actual_rows, columns, *, ordered: bool = True,
+            rel_tol: float = 0.0) -> tuple[str | None, str]:
+    """(problem, note): problem is None when the view's rows are the query's rows.
+
+    Rows are compared as bags; `rel_tol` > 0 lets floating-point and decimal values differ by that
+    relative amount (sums added up in another order round differently). `ordered` also checks the order
+    of a query with ORDER BY, as far as its sort keys tell rows apart."""
+    expected = [tuple(r) for r in expected_rows]
+    actual = [tuple(r) for r in actual_rows]
+    if not same_bag(expected, actual, rel_tol):
+        if _limited_ties(sql, expected, actual, columns):
+            return None, "another choice among the rows tied on the sort keys at the LIMIT"
+        missing = list((Counter(expected) - Counter(actual)).elements())
+        extra = list((Counter(actual) - Counter(expected)).elements())
+        return (f"{len(missing)} query rows missing from the view, {len(extra)} extra rows in the view; "
+                f"first missing: {missing[:3]}; first extra: {extra[:3]}"), ""
+    tree = sqlglot.parse_one(sql, read="spark")
+    if not ordered or tree.args.get("order") is None or expected == actual:
+        return None, ""
+    keys = order_columns(sql, columns)
+    if keys is None:
+        return "same rows but in a different order (ORDER BY on an expression: cannot tell ties apart)", ""
+    idx = [columns.index(k) for k in keys]
+    if [tuple(r[i] for i in idx) for r in expected] == [tuple(r[i] for i in idx) for r in actual]:
+        return None, "rows with equal sort keys in another order"
+    return "rows in a different order", ""
+
+
+def same_bag(expected: list[tuple], actual: list[tuple], rel_tol: float = 0.0) -> bool:
+    """The same rows the same number of times; fractional numbers within `rel_tol` of each other."""
+    if Counter(expected) == Counter(actual):
+        return True
+    if rel_tol <= 0 or len(expected) != len(actual):
+        return False
+    pairs = zip(sorted(expected, key=_rounded_row), sorted(actual, key=_rounded_row))
+    return all(len(e) == len(a) and all(_close(x, y, rel_tol) for x, y in zip(e, a)) for e, a in pairs)
+
+
+def _rounded_row(row: tuple) -> tuple:
+    """A sort key in which nearly equal fractional numbers sort alike (NULLs first)."""
+    return tuple((v is not None, float(f"{v:.6g}") if isinstance(v, (float, Decimal)) else (0 if v is None else v))
+                 for v in row)
+
+
+def _close(x, y, rel_tol: float) -> bool:
+    if x == y:
+        return True
+    if isinstance(x, (float, Decimal)) and isinstance(y, (float, Decimal)):
+        return math.isclose(float(x), float(y), rel_tol=rel_tol, abs_tol=1e-9)
+    return False
+
+
+def _limited_ties(sql: str, expected, actual, columns) -> bool:
+    """With ORDER BY … LIMIT, rows tied on the sort keys at the cut may legitimately differ."""
+    tree = sqlglot.parse_one(sql, read="spark")
+    keys = order_columns(sql, columns)
+    if tree.args.get("limit") is None or keys is None or len(expected) != len(actual) or not expected:
+        return False
+    idx = [columns.index(k) for k in keys]
+    key = lambda r: tuple(r[i] for i in idx)  # noqa: E731
+    if [key(r) for r in expected] != [key(r) for r in actual]:
+        return False
+    last = key(expected[-1])
+    return Counter(r for r in expected if key(r) != last) == Counter(r for r in actual if key(r) != last)

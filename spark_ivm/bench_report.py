@@ -1,0 +1,318 @@
+"""Aggregating and reporting benchmark results (pure Python; charts with matplotlib).
+
+The benchmark (spark_ivm.bench) records, per query and scale factor, every measured refresh round as a
+plain dict; this module turns those records into summary rows (medians, ratios), growth between scale
+factors, a Markdown report and PNG charts. Everything works on the JSON form of the results, so a report
+can be made again from a saved results file:
+
+    python -m spark_ivm.bench --report bench/results/<timestamp>.json
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from pathlib import Path
+
+OK = "ok"  # a query measured and agreeing in every round
+DIFFER = "differ"  # the view and the query disagreed at least once
+FAILED = "failed"  # a statement failed
+UNSUPPORTED = "unsupported"  # no query file, or CREATE INCREMENTAL VIEW refused it
+
+
+# -- numbers ---------------------------------------------------------------------------------------------
+def median(values) -> float | None:
+    """The median of the values that are not None; None when there are none."""
+    present = [v for v in values if v is not None]
+    return statistics.median(present) if present else None
+
+
+def ratio(numerator: float | None, denominator: float | None) -> float | None:
+    """numerator / denominator, or None when either is missing or the denominator is not positive."""
+    if numerator is None or denominator is None or denominator <= 0:
+        return None
+    return numerator / denominator
+
+
+def refresh_read_s(round_: dict) -> float | None:
+    """The incremental side of a round: REFRESH plus reading the view."""
+    if round_.get("refresh_s") is None or round_.get("read_s") is None:
+        return None
+    return round_["refresh_s"] + round_["read_s"]
+
+
+def summarize(result: dict) -> dict:
+    """One summary row of a query at a scale factor: medians over all its rounds (inserts and deletes)."""
+    rounds = result.get("rounds") or []
+    refresh = median(refresh_read_s(r) for r in rounds)
+    recompute = median(r.get("recompute_s") for r in rounds)
+    return {
+        "query": result["query"],
+        "scale": result["scale"],
+        "status": result["status"],
+        "reason": result.get("reason"),
+        "rounds": len(rounds),
+        "refresh_s": refresh,
+        "refresh_only_s": median(r.get("refresh_s") for r in rounds),
+        "read_s": median(r.get("read_s") for r in rounds),
+        "recompute_s": recompute,
+        "speedup": ratio(recompute, refresh),
+        "jobs_per_refresh": median(r.get("refresh_jobs") for r in rounds),
+        "commits_per_refresh": median(r.get("commits") for r in rounds),
+        "maps": result.get("maps"),
+        "map_rows": result.get("map_rows_total"),
+        "map_bytes": result.get("map_bytes"),
+        "create_s": result.get("create_s"),
+        "nochange_refresh_s": result.get("nochange_refresh_s"),
+        "nochange_jobs": result.get("nochange_jobs"),
+        "nochange_commits": result.get("nochange_commits"),
+    }
+
+
+def growth(summaries: list[dict]) -> list[dict]:
+    """Per query measured at two or more scale factors: how the median times grow from the smallest
+    scale factor to the largest (time at the largest / time at the smallest)."""
+    by_query: dict[str, list[dict]] = {}
+    for s in summaries:
+        if s["refresh_s"] is not None or s["recompute_s"] is not None:
+            by_query.setdefault(s["query"], []).append(s)
+    rows = []
+    for query in sorted(by_query, key=query_order):
+        measured = sorted(by_query[query], key=lambda s: s["scale"])
+        if len(measured) < 2:
+            continue
+        small, large = measured[0], measured[-1]
+        rows.append({
+            "query": query,
+            "from_scale": small["scale"],
+            "to_scale": large["scale"],
+            "scale_growth": large["scale"] / small["scale"],
+            "refresh_growth": ratio(large["refresh_s"], small["refresh_s"]),
+            "recompute_growth": ratio(large["recompute_s"], small["recompute_s"]),
+        })
+    return rows
+
+
+def query_order(name: str) -> tuple:
+    """q2 before q10."""
+    digits = "".join(c for c in name if c.isdigit())
+    return (int(digits) if digits else math.inf, name)
+
+
+def failures(results: list[dict]) -> list[dict]:
+    """The results that make the benchmark fail: a disagreement or a failed statement."""
+    return [r for r in results if r["status"] in (DIFFER, FAILED)]
+
+
+# -- text ------------------------------------------------------------------------------------------------
+def fmt_seconds(s: float | None) -> str:
+    if s is None:
+        return "-"
+    if s >= 100:
+        return f"{s:.0f}"
+    if s >= 10:
+        return f"{s:.1f}"
+    return f"{s:.2f}"
+
+
+def fmt_ratio(r: float | None) -> str:
+    return "-" if r is None else (f"{r:.1f}x" if r >= 10 else f"{r:.2f}x")
+
+
+def fmt_count(n: float | None) -> str:
+    if n is None:
+        return "-"
+    return f"{n:,.0f}" if float(n).is_integer() else f"{n:,.1f}"
+
+
+def fmt_bytes(n: float | None) -> str:
+    if n is None:
+        return "-"
+    for unit in ("B", "KB", "MB", "GB"):
+        if abs(n) < 1024 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    raise AssertionError("unreachable")
+
+
+def fmt_scale(scale: float) -> str:
+    return f"{scale:g}"
+
+
+SUMMARY_COLUMNS = [  # (header, function of a summary row)
+    ("query", lambda s: s["query"]),
+    ("SF", lambda s: fmt_scale(s["scale"])),
+    ("refresh+read s", lambda s: fmt_seconds(s["refresh_s"])),
+    ("recompute s", lambda s: fmt_seconds(s["recompute_s"])),
+    ("speedup", lambda s: fmt_ratio(s["speedup"])),
+    ("jobs/refresh", lambda s: fmt_count(s["jobs_per_refresh"])),
+    ("commits/refresh", lambda s: fmt_count(s["commits_per_refresh"])),
+    ("maps", lambda s: fmt_count(s["maps"])),
+    ("map rows", lambda s: fmt_count(s["map_rows"])),
+    ("map bytes", lambda s: fmt_bytes(s["map_bytes"])),
+    ("create s", lambda s: fmt_seconds(s["create_s"])),
+    ("no-change refresh s", lambda s: fmt_seconds(s["nochange_refresh_s"])),
+    ("result", lambda s: s["status"] if s["status"] != OK else "agree"),
+]
+
+RIGHT_ALIGNED = {"refresh+read s", "recompute s", "speedup", "jobs/refresh", "commits/refresh", "maps",
+                 "map rows", "map bytes", "create s", "no-change refresh s"}
+
+
+def markdown_table(headers: list[str], rows: list[list[str]], right: set[str] = frozenset()) -> str:
+    def cell(text: str) -> str:
+        return str(text).replace("|", "\\|").replace("\n", " ")
+
+    lines = ["| " + " | ".join(headers) + " |",
+             "| " + " | ".join("---:" if h in right else "---" for h in headers) + " |"]
+    lines += ["| " + " | ".join(cell(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def summary_table(summaries: list[dict]) -> str:
+    measured = [s for s in summaries if s["status"] != UNSUPPORTED]
+    measured.sort(key=lambda s: (query_order(s["query"]), s["scale"]))
+    return markdown_table([h for h, _ in SUMMARY_COLUMNS], [[f(s) for _, f in SUMMARY_COLUMNS] for s in measured],
+                          RIGHT_ALIGNED)
+
+
+def growth_table(rows: list[dict]) -> str:
+    headers = ["query", "SF", "refresh+read growth", "recompute growth"]
+    body = [[g["query"], f"{fmt_scale(g['from_scale'])} → {fmt_scale(g['to_scale'])} "
+             f"({g['scale_growth']:g}x data)", fmt_ratio(g["refresh_growth"]), fmt_ratio(g["recompute_growth"])]
+            for g in rows]
+    return markdown_table(headers, body, {"refresh+read growth", "recompute growth"})
+
+
+def machine_lines(machine: dict) -> list[str]:
+    memory = machine.get("memory_bytes")
+    parts = [
+        f"{machine.get('cores', '?')} cores" + (f" ({machine['cpu']})" if machine.get("cpu") else ""),
+        f"{fmt_bytes(memory)} memory" if memory else None,
+        machine.get("os"),
+        f"Python {machine['python']}" if machine.get("python") else None,
+        f"Java {machine['java']}" if machine.get("java") else None,
+        f"Spark {machine['spark']}" if machine.get("spark") else None,
+        f"Delta Lake {machine['delta']}" if machine.get("delta") else None,
+        f"spark_ivm {machine['spark_ivm']}" if machine.get("spark_ivm") else None,
+    ]
+    lines = ["- machine: " + ", ".join(p for p in parts if p)]
+    if machine.get("spark_conf"):
+        lines.append("- Spark settings: " + ", ".join(f"`{k}={v}`" for k, v in sorted(machine["spark_conf"].items())))
+    return lines
+
+
+def markdown(report: dict) -> str:
+    """The whole report as Markdown: settings, machine, the summary, growth, what was skipped or failed."""
+    settings = report["settings"]
+    summaries = report["summary"]
+    lines = [
+        f"# spark_ivm benchmark, {report['started']}",
+        "",
+        f"- TPC-H scale factors {', '.join(fmt_scale(s) for s in settings['scales'])}; "
+        f"{settings['rounds']} round(s) per query, each: insert a batch of "
+        f"{settings['batch_fraction']:.2%} of the orders with their lineitems, refresh, read; delete the batch, "
+        f"refresh, read",
+    ]
+    for scale in report.get("scales", []):
+        batch = scale.get("batch") or {}
+        if batch:
+            lines.append(f"- SF {fmt_scale(scale['scale'])}: batch of {batch.get('orders', 0):,} orders and "
+                         f"{batch.get('lineitem', 0):,} lineitems; loaded in {fmt_seconds(scale.get('load_s'))} s")
+    lines += machine_lines(report.get("machine", {}))
+    lines += [
+        "",
+        "Times are medians over all refreshes (after inserts and after deletes), wall-clock seconds. "
+        "refresh+read: `REFRESH INCREMENTAL VIEW` then reading the whole view; recompute: running the query "
+        "itself; speedup = recompute / (refresh+read). jobs and commits are per refresh (Spark jobs, commits "
+        "to the view's map store). map rows/bytes: the map store after creation. no-change refresh: a refresh "
+        "with nothing to apply.",
+        "",
+        summary_table(summaries),
+    ]
+    grown = report.get("growth") or []
+    if grown:
+        lines += ["", "Growth of the median times from the smallest scale factor to the largest:", "",
+                  growth_table(grown)]
+    unsupported = [s for s in summaries if s["status"] == UNSUPPORTED]
+    if unsupported:
+        lines += ["", "Not measured:", ""]
+        seen = set()
+        for s in sorted(unsupported, key=lambda s: query_order(s["query"])):
+            if s["query"] not in seen:
+                seen.add(s["query"])
+                lines.append(f"- {s['query']}: unsupported: {s['reason']}")
+    bad = failures(report.get("results", []))
+    if bad:
+        lines += ["", "**Failures:**", ""]
+        lines += [f"- **{r['query']} at SF {fmt_scale(r['scale'])}: {r['status']}**: {r.get('reason') or ''}"
+                  for r in bad]
+    return "\n".join(lines) + "\n"
+
+
+# -- charts ----------------------------------------------------------------------------------------------
+def charts(report: dict, out_stem: Path) -> list[Path]:
+    """PNG charts next to the other outputs: refresh vs recompute per query (one panel per scale factor)
+    and median time against scale factor. Returns the files written."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    measured = [s for s in report["summary"] if s["refresh_s"] is not None and s["recompute_s"] is not None]
+    written = []
+    if not measured:
+        return written
+    scales = sorted({s["scale"] for s in measured})
+
+    fig, axes = plt.subplots(len(scales), 1, figsize=(max(6, 0.6 * _max_queries(measured) + 2), 4 * len(scales)),
+                             squeeze=False)
+    for ax, scale in zip(axes[:, 0], scales):
+        rows = sorted((s for s in measured if s["scale"] == scale), key=lambda s: query_order(s["query"]))
+        xs = range(len(rows))
+        width = 0.4
+        for offset, key, label in ((-width / 2, "refresh_s", "refresh + read"), (width / 2, "recompute_s", "recompute")):
+            bars = ax.bar([x + offset for x in xs], [s[key] for s in rows], width, label=label)
+            ax.bar_label(bars, [fmt_seconds(s[key]) for s in rows], fontsize="x-small")
+        ax.set_xticks(list(xs), [s["query"] for s in rows])
+        ax.set_yscale("log")
+        ax.set_ylabel("seconds (median, log scale)")
+        ax.set_title(f"TPC-H SF {fmt_scale(scale)}")
+        ax.grid(axis="y", which="both", alpha=0.3)
+        ax.legend()
+    fig.suptitle("Incremental refresh vs recomputing the query")
+    fig.tight_layout()
+    path = out_stem.with_name(out_stem.name + "-refresh_vs_recompute.png")
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    written.append(path)
+
+    fig, ax = plt.subplots(figsize=(7, 5))
+    queries = sorted({s["query"] for s in measured}, key=query_order)
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for i, query in enumerate(queries):
+        rows = sorted((s for s in measured if s["query"] == query), key=lambda s: s["scale"])
+        color = colors[i % len(colors)]
+        xs = [s["scale"] for s in rows]
+        ax.plot(xs, [s["refresh_s"] for s in rows], "o-", color=color, label=f"{query} refresh + read")
+        ax.plot(xs, [s["recompute_s"] for s in rows], "s--", color=color, label=f"{query} recompute")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("TPC-H scale factor")
+    ax.set_ylabel("seconds (median)")
+    ax.set_title("Time against scale factor (solid: refresh + read, dashed: recompute)")
+    ax.grid(which="both", alpha=0.3)
+    ax.legend(fontsize="small", ncol=2 if len(queries) > 6 else 1)
+    fig.tight_layout()
+    path = out_stem.with_name(out_stem.name + "-scaling.png")
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    written.append(path)
+    return written
+
+
+def _max_queries(summaries: list[dict]) -> int:
+    counts: dict[float, int] = {}
+    for s in summaries:
+        counts[s["scale"]] = counts.get(s["scale"], 0) + 1
+    return max(counts.values())

@@ -1,0 +1,214 @@
+"""The benchmark: its aggregation and report (pure Python), and a smoke run on Spark (marker `runtime`)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from datetime import date
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+
+from spark_ivm import bench_report as report
+from spark_ivm.tpch import compare, same_bag
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def round_(n, change, refresh, read, recompute, jobs=10, commits=1):
+    return {"round": n, "change": change, "refresh_s": refresh, "read_s": read, "recompute_s": recompute,
+            "refresh_jobs": jobs, "commits": commits, "agree": True}
+
+
+def result(query, scale, rounds, status=report.OK, **extra):
+    return {"query": query, "scale": scale, "status": status, "reason": None, "rounds": rounds, "maps": 3,
+            "map_rows_total": 40, "map_bytes": 5000, "create_s": 2.0, "nochange_refresh_s": 0.5, **extra}
+
+
+# -- numbers ---------------------------------------------------------------------------------------------
+def test_median_skips_missing_values():
+    assert report.median([3, None, 1, 2]) == 2
+    assert report.median([4, 1, 3, 2]) == 2.5
+    assert report.median([None]) is None
+    assert report.median([]) is None
+
+
+def test_ratio():
+    assert report.ratio(6, 3) == 2
+    assert report.ratio(None, 3) is None
+    assert report.ratio(3, None) is None
+    assert report.ratio(3, 0) is None
+
+
+def test_summarize_takes_medians_over_inserts_and_deletes():
+    rounds = [round_(1, "insert", 1.0, 0.5, 9.0, jobs=10), round_(1, "delete", 2.0, 0.5, 10.0, jobs=12),
+              round_(2, "insert", 3.0, 0.5, 11.0, jobs=14)]
+    s = report.summarize(result("q6", 0.1, rounds))
+    assert s["refresh_s"] == 2.5  # median of 1.5, 2.5, 3.5: refresh + read
+    assert s["refresh_only_s"] == 2.0
+    assert s["recompute_s"] == 10.0
+    assert s["speedup"] == pytest.approx(4.0)
+    assert s["jobs_per_refresh"] == 12
+    assert s["commits_per_refresh"] == 1
+    assert s["rounds"] == 3
+    assert (s["maps"], s["map_rows"], s["map_bytes"], s["create_s"]) == (3, 40, 5000, 2.0)
+
+
+def test_summarize_without_rounds():
+    s = report.summarize({"query": "q2", "scale": 1, "status": report.UNSUPPORTED, "reason": "no sql", "rounds": []})
+    assert s["refresh_s"] is None and s["recompute_s"] is None and s["speedup"] is None
+    assert s["reason"] == "no sql"
+
+
+def test_growth_from_smallest_to_largest_scale():
+    summaries = [report.summarize(r) for r in [
+        result("q1", 1, [round_(1, "insert", 3.0, 1.0, 40.0)]),
+        result("q1", 0.1, [round_(1, "insert", 1.5, 0.5, 4.0)]),
+        result("q1", 0.01, [round_(1, "insert", 1.0, 0.0, 1.0)]),
+        result("q6", 0.1, [round_(1, "insert", 1.0, 0.0, 1.0)]),  # one scale only: no growth
+        result("q3", 0.1, [], status=report.UNSUPPORTED),
+    ]]
+    rows = report.growth(summaries)
+    assert len(rows) == 1
+    g = rows[0]
+    assert (g["query"], g["from_scale"], g["to_scale"]) == ("q1", 0.01, 1)
+    assert g["scale_growth"] == pytest.approx(100)
+    assert g["refresh_growth"] == pytest.approx(4.0)
+    assert g["recompute_growth"] == pytest.approx(40.0)
+
+
+def test_queries_sort_by_number():
+    assert sorted(["q10", "q2", "q1", "q22"], key=report.query_order) == ["q1", "q2", "q10", "q22"]
+
+
+def test_failures_are_disagreements_and_failed_statements():
+    results = [result("q1", 1, [], status=report.OK), result("q2", 1, [], status=report.UNSUPPORTED),
+               result("q3", 1, [], status=report.DIFFER), result("q4", 1, [], status=report.FAILED)]
+    assert [r["query"] for r in report.failures(results)] == ["q3", "q4"]
+
+
+# -- text ------------------------------------------------------------------------------------------------
+def test_formatting():
+    assert report.fmt_seconds(None) == "-"
+    assert report.fmt_seconds(1.234) == "1.23"
+    assert report.fmt_seconds(12.34) == "12.3"
+    assert report.fmt_seconds(123.4) == "123"
+    assert report.fmt_ratio(2.345) == "2.35x"
+    assert report.fmt_ratio(23.45) == "23.4x"
+    assert report.fmt_ratio(None) == "-"
+    assert report.fmt_count(12) == "12"
+    assert report.fmt_count(12.5) == "12.5"
+    assert report.fmt_count(1234567) == "1,234,567"
+    assert report.fmt_bytes(512) == "512 B"
+    assert report.fmt_bytes(2048) == "2.0 KB"
+    assert report.fmt_bytes(3 * 1024 ** 3) == "3.0 GB"
+    assert report.fmt_scale(0.1) == "0.1" and report.fmt_scale(1.0) == "1"
+
+
+def test_markdown_table_escapes_pipes_and_aligns_numbers():
+    text = report.markdown_table(["name", "n"], [["a|b", "1"]], {"n"})
+    assert text.splitlines() == ["| name | n |", "| --- | ---: |", "| a\\|b | 1 |"]
+
+
+def sample_report():
+    results = [
+        result("q1", 0.01, [round_(1, "insert", 1.0, 0.2, 3.0), round_(1, "delete", 1.2, 0.2, 3.2)]),
+        result("q1", 0.1, [round_(1, "insert", 2.0, 0.2, 12.0), round_(1, "delete", 2.2, 0.2, 13.0)]),
+        result("q6", 0.01, [round_(1, "insert", 0.5, 0.1, 1.0)]),
+        {"query": "q2", "scale": 0.01, "status": report.UNSUPPORTED, "reason": "no sql/tpch/q2.sql", "rounds": []},
+        {"query": "q2", "scale": 0.1, "status": report.UNSUPPORTED, "reason": "no sql/tpch/q2.sql", "rounds": []},
+        result("q5", 0.01, [round_(1, "insert", 0.5, 0.1, 1.0)], status=report.DIFFER,
+               reason="round 1 after insert: 1 row missing"),
+    ]
+    data = {"started": "2026-01-01T00:00:00",
+            "settings": {"scales": [0.01, 0.1], "queries": ["q1", "q2", "q5", "q6"], "rounds": 1,
+                         "batch_fraction": 0.001},
+            "scales": [{"scale": 0.01, "load_s": 10.0, "batch": {"orders": 15, "lineitem": 60}}],
+            "machine": {"cores": 2, "memory_bytes": 24 * 1024 ** 3, "spark": "4.2.0", "delta": "4.4.0",
+                        "spark_conf": {"spark.master": "local[2]"}},
+            "results": results}
+    data["summary"] = [report.summarize(r) for r in results]
+    data["growth"] = report.growth(data["summary"])
+    return data
+
+
+def test_markdown_report():
+    text = report.markdown(sample_report())
+    assert "| q1 | 0.01 | 1.30 | 3.10 | 2.38x | 10 | 1 | 3 | 40 | 4.9 KB | 2.00 | 0.50 | agree |" in text
+    assert "| q1 | 0.1 | 2.30 | 12.5 | 5.43x |" in text
+    assert "| q1 | 0.01 → 0.1 (10x data) | 1.77x | 4.03x |" in text
+    assert "- q2: unsupported: no sql/tpch/q2.sql" in text
+    assert text.count("q2: unsupported") == 1  # once, not once per scale factor
+    assert "**q5 at SF 0.01: differ**: round 1 after insert: 1 row missing" in text
+    assert "2 cores" in text and "24.0 GB memory" in text and "Spark 4.2.0" in text and "Delta Lake 4.4.0" in text
+    lines = text.splitlines()
+    assert lines.index("| q1 | 0.01 | 1.30 | 3.10 | 2.38x | 10 | 1 | 3 | 40 | 4.9 KB | 2.00 | 0.50 | agree |") < \
+        next(i for i, line in enumerate(lines) if line.startswith("| q6 |"))
+
+
+def test_charts_are_written(tmp_path):
+    files = report.charts(sample_report(), tmp_path / "run")
+    assert [f.name for f in files] == ["run-refresh_vs_recompute.png", "run-scaling.png"]
+    for f in files:
+        assert f.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_no_charts_without_measurements(tmp_path):
+    data = sample_report()
+    data["summary"] = [s for s in data["summary"] if s["status"] == report.UNSUPPORTED]
+    assert report.charts(data, tmp_path / "run") == []
+
+
+# -- comparing results -----------------------------------------------------------------------------------
+def test_same_bag_counts_duplicates():
+    assert same_bag([(1, "a"), (1, "a"), (2, "b")], [(2, "b"), (1, "a"), (1, "a")])
+    assert not same_bag([(1, "a"), (1, "a")], [(1, "a")])
+    assert not same_bag([(1, "a"), (1, "a"), (2, "b")], [(1, "a"), (2, "b"), (2, "b")], rel_tol=1e-9)
+
+
+def test_same_bag_tolerates_rounding_of_fractional_numbers_only():
+    assert not same_bag([(1, 0.1 + 0.2)], [(1, 0.3)])
+    assert same_bag([(1, 0.1 + 0.2), (2, 5.0)], [(2, 5.0), (1, 0.3)], rel_tol=1e-9)
+    assert same_bag([(Decimal("1.0000000001"), None)], [(Decimal("1.0000000002"), None)], rel_tol=1e-9)
+    assert not same_bag([(1, 0.3)], [(1, 0.31)], rel_tol=1e-9)
+    assert not same_bag([(1, date(2020, 1, 1))], [(2, date(2020, 1, 1))], rel_tol=1e-9)
+
+
+def test_compare_as_bags_ignores_order():
+    sql = "SELECT a, SUM(b) AS s FROM t GROUP BY a ORDER BY s"
+    assert compare(sql, [(1, 2.0), (2, 3.0)], [(2, 3.0), (1, 2.0)], ["a", "s"], ordered=False) == (None, "")
+    assert compare(sql, [(1, 2.0), (2, 3.0)], [(2, 3.0), (1, 2.0)], ["a", "s"])[0] == "rows in a different order"
+    problem, _ = compare(sql, [(1, 2.0)], [(1, 2.5)], ["a", "s"], ordered=False, rel_tol=1e-9)
+    assert problem.startswith("1 query rows missing from the view, 1 extra rows in the view")
+
+
+# -- the benchmark itself, on Spark ----------------------------------------------------------------------
+@pytest.mark.runtime
+def test_bench_smoke(tmp_path):
+    """SF 0.01, one round, q6 (and q2, to see a missing query reported, not fatal)."""
+    out = tmp_path / "results"
+    env = {**os.environ, "SPARK_LOCAL_IP": os.environ.get("SPARK_LOCAL_IP", "127.0.0.1")}
+    run = subprocess.run(
+        [sys.executable, "-m", "spark_ivm.bench", "--sf", "0.01", "--rounds", "1", "--queries", "q6,q99",
+         "--out", str(out), "--warehouse", str(tmp_path / "warehouse")],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    [json_file] = out.glob("*.json")
+    data = json.loads(json_file.read_text())
+    by_query = {r["query"]: r for r in data["results"]}
+    q6 = by_query["q6"]
+    assert q6["status"] == report.OK
+    assert [(r["change"], r["agree"]) for r in q6["rounds"]] == [("insert", True), ("delete", True)]
+    assert all(r["commits"] == 1 and r["refresh_jobs"] > 0 for r in q6["rounds"])
+    assert q6["nochange_commits"] == 0
+    assert q6["maps"] >= 1 and q6["map_bytes"] > 0 and q6["create_s"] > 0
+    assert by_query["q99"]["status"] == report.UNSUPPORTED
+    assert data["machine"]["cores"] and data["machine"]["spark"]
+    md = json_file.with_suffix(".md").read_text()
+    assert "| q6 | 0.01 |" in md and "q99: unsupported" in md
+    stem = json_file.stem
+    assert sorted(p.name for p in out.glob("*.png")) == [f"{stem}-refresh_vs_recompute.png", f"{stem}-scaling.png"]
+    assert "| q6 | 0.01 |" in run.stdout
