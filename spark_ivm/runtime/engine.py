@@ -639,13 +639,10 @@ class _RefreshRun:
         self.temporary.append(name)
         return name
 
-    def temp_view(self, sql: str, checkpoint: bool = False) -> str:
-        df = self.spark.sql(sql)
-        # Checkpointed, not cached: Delta refuses a MERGE whose source plan holds cached parts.
-        return self._register(df.localCheckpoint() if checkpoint else df)
-
     def checkpoint(self, sql: str) -> str:
-        return self.temp_view(sql, checkpoint=True)
+        """A temporary view of the query's rows, computed once now."""
+        # Checkpointed, not cached: Delta refuses a MERGE whose source plan holds cached parts.
+        return self._register(self.spark.sql(sql).localCheckpoint())
 
     def pinned(self, table: str, version: int) -> str:
         """A temporary view of the table as of a version. Every statement that reads the table reads
