@@ -1,0 +1,191 @@
+"""The order-book queries of the DBToaster finance benchmark (VWAP, broker spread, axfinder, price
+spread, broker variance) as incremental views.
+
+Pure Python: each query compiles at depth 1 and unlimited; its translation gives the rows sqlite3
+gives; on a random order book with a stream of adds, cancels and amendments (duplicates and NULLs
+included), running the plan's triggers keeps every map equal to its definition evaluated from
+scratch, and the view read from the maintained maps equal to the query run by sqlite3.
+
+On Spark (on demand): the five queries as incremental views at both depths in one shared map store
+equal their queries run by Spark after every REFRESH INCREMENTAL VIEWS.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sqlite3
+from collections import Counter
+from decimal import Decimal
+
+import pytest
+
+from spark_ivm import compile_view
+from spark_ivm.calculus import MapRef
+from spark_ivm.evaluator import Database, apply_batch, evaluate_map, initial_maps
+from spark_ivm.orderbook import (
+    QUERIES, SCHEMAS, TABLES, OrderBookStream, ddl, event_sql, load_orderbook, net_change, read_query, run_events,
+)
+from spark_ivm.sql import translate
+
+from test_sql_frontend import normalized, to_sqlite, view_rows
+
+DEPTHS = {"depth1": 1, "unlimited": None}
+BATCHES = 6
+
+
+def book_database(stream: OrderBookStream) -> Database:
+    return Database({table: dict(rows) for table, rows in stream.book.items()})
+
+
+def sqlite_rows(sql: str, book: dict[str, dict[tuple, int]]) -> list[tuple]:
+    """The query run by sqlite3 on the book (decimals as floats: every value is a binary fraction)."""
+    db = sqlite3.connect(":memory:")
+    for table, rows in book.items():
+        columns = SCHEMAS[table]
+        db.execute(f"CREATE TABLE {table} ({', '.join(columns)})")
+        copies = [tuple(float(v) if isinstance(v, Decimal) else v for v in row)
+                  for row, n in rows.items() for _ in range(n)]
+        db.executemany(f"INSERT INTO {table} VALUES ({', '.join('?' * len(columns))})", copies)
+    return db.execute(to_sqlite(sql)).fetchall()
+
+
+def maintained_view_rows(plan, db: Database) -> list[tuple]:
+    """The view's rows read from the maintained root maps (`q_<aggregate>`) instead of from definitions."""
+    query = plan.query
+    from_maps = tuple(dataclasses.replace(a, definition=MapRef(f"q_{a.name}", plan.map(f"q_{a.name}").keys))
+                      for a in query.aggregates)
+    return view_rows(dataclasses.replace(query, aggregates=from_maps), db)
+
+
+def test_queries_are_the_five_of_the_benchmark():
+    for name in QUERIES:
+        query = read_query(name)
+        assert query.title and query.sql.upper().startswith("SELECT")
+        assert set(translate(query.sql, SCHEMAS).relations) <= set(TABLES)
+
+
+@pytest.mark.parametrize("depth", DEPTHS.values(), ids=DEPTHS.keys())
+@pytest.mark.parametrize("name", QUERIES)
+def test_query_compiles(name, depth):
+    plan = compile_view(read_query(name).sql, SCHEMAS, depth=depth)
+    assert plan.maps and plan.triggers
+    assert set(plan.relations) == set(plan.query.relations)
+
+
+@pytest.mark.parametrize("name", QUERIES)
+def test_translation_gives_the_rows_sqlite_gives(name):
+    sql = read_query(name).sql
+    stream = OrderBookStream(seed=f"translate-{name}")
+    stream.initial_book(orders=12)
+    expected = sqlite_rows(sql, stream.book)
+    assert normalized(view_rows(translate(sql, SCHEMAS), book_database(stream)), False) == normalized(expected, False)
+
+
+@pytest.mark.parametrize("depth", DEPTHS.values(), ids=DEPTHS.keys())
+@pytest.mark.parametrize("name", QUERIES)
+def test_triggers_keep_maps_and_view_equal_to_their_definitions(name, depth):
+    sql = read_query(name).sql
+    plan = compile_view(sql, SCHEMAS, depth=depth)
+    stream = OrderBookStream(seed=f"{name}-{depth}")
+    stream.initial_book(orders=8)
+    db = book_database(stream)
+    initial_maps(plan, db)
+    for batch_no in range(BATCHES):
+        events = stream.next_batch()
+        for table, change in net_change(db.relations, events).items():
+            apply_batch(plan, db, table, change)
+        assert db.relations == stream.book
+        for m in plan.maps:
+            expected = evaluate_map(m.definition, m.keys, db)
+            assert db.maps[m.name] == expected, f"{name}: map {m.name} after batch {batch_no}: {events}"
+        view = normalized(maintained_view_rows(plan, db), False)
+        assert view == normalized(sqlite_rows(sql, stream.book), False), f"{name}: view after batch {batch_no}"
+
+
+def test_stream_adds_cancels_and_amends_with_duplicates_and_nulls():
+    stream = OrderBookStream(seed=3)
+    stream.initial_book(orders=30)
+    kinds = Counter()
+    for _ in range(20):
+        kinds.update(type(e).__name__ for e in stream.next_batch())
+    assert kinds["Insert"] and kinds["Cancel"] and kinds["Amend"]
+    rows = [row for table in TABLES for row in stream.book[table]]
+    assert any(n > 1 for table in TABLES for n in stream.book[table].values()), "no duplicate rows"
+    for i, column in enumerate(SCHEMAS["bids"]):
+        if column in ("broker_id", "volume", "price"):
+            assert any(row[i] is None for row in rows), f"no NULL {column}"
+
+
+def test_events_are_sql_statements_on_their_table():
+    stream = OrderBookStream(seed=5)
+    stream.initial_book(orders=3)
+    for event in stream.next_batch(adds=2, cancels=2, amends=2):
+        statement = event_sql(event, "ob")
+        assert f"ob.{event.table}" in statement
+        assert statement.split()[0] in ("INSERT", "DELETE", "UPDATE")
+    assert ddl("asks", "ob").startswith("CREATE TABLE ob.asks (t BIGINT, id BIGINT, broker_id BIGINT")
+
+
+# ---------------------------------------------------------------------------------------------------
+# On Spark: the views equal their queries after every refresh
+
+SPARK_ROUNDS = 3
+SPARK_DATABASE = "orderbook_ivm"
+# Queries whose plans the runtime runs today; the others read nested aggregates (scalar subqueries).
+SPARK_QUERIES = ("bsp", "axf", "bsv", "vwap", "psp")
+
+
+def _contents(spark, queries: dict[str, str]) -> dict[str, Counter]:
+    """The bag of rows of each query, all read by one Spark query (rows as JSON: decimals exact)."""
+    union = " UNION ALL ".join(
+        f"SELECT '{name}' AS name, to_json(struct(*), map('ignoreNullFields', 'false')) AS row FROM ({sql}) AS q"
+        for name, sql in queries.items())
+    contents = {name: Counter() for name in queries}
+    for r in spark.sql(union).collect():
+        values = json.loads(r["row"], parse_float=Decimal).values()
+        contents[r["name"]][tuple(Decimal(v).normalize() if isinstance(v, (int, Decimal)) and not isinstance(v, bool)
+                                  else v for v in values)] += 1
+    return contents
+
+
+@pytest.fixture(scope="module")
+def orderbook_views(spark, request):
+    import spark_ivm
+
+    spark_ivm.enable(spark)
+    stream = OrderBookStream(seed=20261123)
+    load_orderbook(spark, stream.initial_book(orders=15), SPARK_DATABASE)
+    spark.sql(f"USE {SPARK_DATABASE}")
+    views = {}
+    for name in request.param:
+        for label, depth in DEPTHS.items():
+            view = f"{name}_{label}"
+            options = ", ".join(["store = 'orderbook_maps'"] + ([] if depth is None else [f"depth = {depth}"]))
+            spark.sql(f"CREATE INCREMENTAL VIEW {view} WITH ({options}) AS {read_query(name).sql}")
+            views[view] = read_query(name).sql
+    yield views, stream
+    for view in views:
+        spark.sql(f"DROP INCREMENTAL VIEW IF EXISTS {view}")
+    spark.sql("USE default")
+
+
+@pytest.mark.runtime
+@pytest.mark.on_demand
+@pytest.mark.parametrize("orderbook_views", [SPARK_QUERIES], indirect=True, ids=["+".join(SPARK_QUERIES)])
+def test_views_equal_their_queries_after_every_refresh(spark, orderbook_views):
+    views, stream = orderbook_views
+    spark.sql(f"USE {SPARK_DATABASE}")
+    failures = []
+    for round_no in range(SPARK_ROUNDS + 1):
+        if round_no:
+            run_events(spark, stream.next_batch())
+            statuses = {r["view"]: r["status"] for r in spark.sql("REFRESH INCREMENTAL VIEWS").collect()}
+            assert set(statuses.values()) <= {"refreshed", "up to date"}, statuses
+        got_all = _contents(spark, {name: f"SELECT * FROM {name}" for name in views})
+        want_all = _contents(spark, views)
+        for name, sql in views.items():
+            if got_all[name] != want_all[name]:
+                failures.append(f"round {round_no}, {name}:\n  view  {sorted(got_all[name].items(), key=repr)}\n"
+                                f"  query {sorted(want_all[name].items(), key=repr)}")
+    assert not failures, "\n".join(failures)
