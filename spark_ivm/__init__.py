@@ -5,6 +5,7 @@
     spark.sql("REFRESH INCREMENTAL VIEW revenue")
 
 The compiler (SQL → calculus → deltas → maps and triggers) is pure Python: `compile_view`.
+Python functions declared with `@spark_ivm.udf` may be called in views like built-ins.
 """
 
 from spark_ivm.compiler import compile_view
@@ -13,11 +14,12 @@ from spark_ivm.errors import (
     UnknownViewError, UnsupportedQueryError, ViewExistsError,
 )
 from spark_ivm.plan import Plan
+from spark_ivm.udfs import udf
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "compile_view", "session", "enable", "Plan",
+    "compile_view", "session", "enable", "udf", "Plan",
     "IVMError", "ParseError", "InvalidQueryError", "UnsupportedQueryError", "NonDeterministicError", "UnknownTableError",
     "UnknownColumnError", "UnknownViewError", "ViewExistsError", "RefreshError",
 ]

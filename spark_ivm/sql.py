@@ -52,6 +52,7 @@ from spark_ivm.errors import (
     NonDeterministicError, ParseError, UnknownColumnError, UnknownTableError, UnsupportedQueryError,
 )
 from spark_ivm.query import ROW_COUNT, Aggregate, OutputColumn, ViewQuery
+from spark_ivm.udfs.registry import UDFS
 
 __all__ = ["translate"]
 
@@ -714,7 +715,14 @@ class ValueTranslator:
             return self._trim(node)
         if isinstance(node, exp.TsOrDsAdd):
             return self._date_add(node, name)
+        if name in UDFS:
+            return fn(name, *(self.value(a) for a in _arguments(node)))
         known = _FUNCTIONS.get(type(node))
+        if known is None and isinstance(node, exp.Anonymous):
+            raise self.source.unsupported(
+                f"function {name.upper()}", node,
+                detail="not a built-in; a Python function must be declared with @spark_ivm.udf, and the module "
+                       "that declares it imported, before a view uses it")
         if known is None or (isinstance(node, exp.TsOrDsToDate) and node.args.get("format")):
             raise self.source.unsupported(f"function {name.upper()}", node)
         calculus_name, arities = known
@@ -1177,6 +1185,17 @@ def reject_aggregates(source: SqlSource, node: exp.Expression, construct: str) -
         raise source.unsupported(construct, aggregate)
 
 
+def reject_python_calls_when_read(source: SqlSource, tree: exp.Expression | None) -> None:
+    """A Python function left in SQL that runs when the view is read: over aggregates, or in ORDER BY."""
+    for node in tree.find_all(exp.Func) if tree is not None else ():
+        name = source.function_name(node)
+        if name in UDFS:
+            raise source.unsupported(
+                f"Python function {name} applied to aggregates or in ORDER BY", node,
+                detail="the view is a Spark view, which cannot call a function of one session; use it inside "
+                       "the aggregates, in WHERE or GROUP BY, or on the view's columns when reading it")
+
+
 def _has_column(node: exp.Expression) -> bool:
     return any(isinstance(n, exp.Column) for n in node.walk())
 
@@ -1316,6 +1335,8 @@ class ViewTranslator:
         self.aliases = {name.lower(): tree for (name, tree), item in zip(outputs, self.items) if item.aliased}
         having = self.select.args.get("having")
         having_tree = self.rewrite(having.this, use_aliases=True) if having is not None else None
+        for tree in [t for _, t in outputs] + [having_tree]:
+            reject_python_calls_when_read(self.source, tree)
         order_by = self._order_by(outputs)
         return self._finish(outputs, having_tree, order_by, bag=not grouped, distinct=distinct and not grouped)
 
@@ -1393,6 +1414,10 @@ class ViewTranslator:
                 return self._aggregate_sql(n, register)
             if isinstance(n, exp.Column):
                 return self._column_sql(n, use_aliases)
+            if self._python_call_of_keys(n):
+                # Read as a key of its own (grouping by a function of the keys changes no group): a
+                # Spark view cannot call a Python function, which lives in one session only.
+                return _quoted(self._add_key(self.values.value(n)))
             if _has_column(n) and _first_aggregate(n) is None:
                 key = self._key_for(n)
                 if key is not None:
@@ -1400,6 +1425,16 @@ class ViewTranslator:
             return n
 
         return node.transform(visit)
+
+    def _python_call_of_keys(self, node: exp.Expression) -> bool:
+        if not (isinstance(node, exp.Func) and self.source.function_name(node) in UDFS):
+            return False
+        if _first_aggregate(node) is not None or self.select.args.get("group") is None:
+            return False
+        try:
+            return all(self.values.value(c) in self.key_of_value for c in node.find_all(exp.Column))
+        except (UnknownColumnError, UnsupportedQueryError):
+            return False
 
     def _subquery_sql(self, node: exp.Subquery) -> exp.Expression:
         """A scalar subquery outside the aggregates of a grouped view: a function of the group keys (or
@@ -1496,6 +1531,7 @@ class ViewTranslator:
         sorts = []
         for ordered in (order.expressions if order is not None else []):
             target = self._order_target(ordered.this, outputs)
+            reject_python_calls_when_read(self.source, target)
             sorts.append(exp.Ordered(this=target, desc=ordered.args.get("desc"),
                                      nulls_first=ordered.args.get("nulls_first")).sql(dialect=DIALECT))
         return tuple(sorts)
@@ -1704,6 +1740,7 @@ class SetOperationTranslator:
                 target = _quoted(self.names[position - 1])
             else:
                 target = target.transform(self._output_column)
+            reject_python_calls_when_read(self.source, target)
             sorts.append(exp.Ordered(this=target, desc=ordered.args.get("desc"),
                                      nulls_first=ordered.args.get("nulls_first")).sql(dialect=DIALECT))
         return tuple(sorts)
