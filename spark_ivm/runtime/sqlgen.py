@@ -17,7 +17,7 @@ from decimal import Decimal
 from typing import Callable, Sequence
 
 from spark_ivm import functions
-from spark_ivm.analysis import factors_of, is_value, ivars, ovars
+from spark_ivm.analysis import all_vars, factors_of, ovars, schedule
 from spark_ivm.calculus import (
     AggSum, Cmp, Const, DeltaRel, Exists, Expr, Fn, Lift, MapRef, Prod, Rel, Sum, Var,
 )
@@ -75,13 +75,21 @@ BOOLEAN_FUNCTIONS = {"like", "ilike", "rlike", "in"}
 
 def statement_sql(e: Expr, keys: Sequence[str], sources: Sources) -> str:
     """SELECT keys…, __v: e summed per key, zero and NULL sums dropped."""
-    return SqlGen(sources).aggregate(e, keys)
+    return SqlGen(sources).statement(e, keys)
 
 
-@dataclass
+@dataclass(frozen=True)
 class _Select:
     sql: str
     outputs: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class _Domain:
+    """The distinct bindings of some variables (a named stage) a correlated expression is evaluated for."""
+
+    table: str
+    vars: tuple[str, ...]
 
 
 @dataclass
@@ -101,15 +109,48 @@ class _Scope:
             join = f"JOIN {table_sql} AS {alias} ON " + " AND ".join(on) if on else f"CROSS JOIN {table_sql} AS {alias}"
             self.sources.append(join)
 
+    def sql(self) -> str:
+        cols = [f"{sql} AS {quote(v)}" for v, sql in self.columns.items()]
+        weight = " * ".join(self.weights) if self.weights else "1"
+        text = f"SELECT {', '.join(cols + [f'{weight} AS {VALUE}'])}"
+        if self.sources:
+            text += " " + " ".join(self.sources)
+        if self.conditions:
+            text += " WHERE " + " AND ".join(self.conditions)
+        return text
+
+
+def _is_pure(e: Expr) -> bool:
+    """A value computed from variables alone (no relation, map, batch, lift or aggregate inside)."""
+    return all(isinstance(x, (Const, Var, Fn, Cmp, Prod, Sum)) for x in e.walk())
+
 
 class SqlGen:
+    """One statement's SQL. A correlated part of a product (a nested aggregate, or a sub-expression
+    that reads variables the product binds) is evaluated once per distinct binding of the variables it
+    shares with the product: the product so far becomes a stage (a CTE), its distinct bindings of those
+    variables the domain the part is evaluated over, and the part's result joins back on them."""
+
     def __init__(self, sources: Sources):
         self.sources = sources
         self._aliases = 0
+        self._stages: list[tuple[str, str]] = []  # (CTE name, SELECT), each reading only earlier ones
 
     def _alias(self) -> str:
         self._aliases += 1
         return f"t{self._aliases}"
+
+    def _stage(self, sql: str) -> str:
+        name = f"stage{len(self._stages) + 1}"
+        self._stages.append((name, sql))
+        return name
+
+    def statement(self, e: Expr, keys: Sequence[str]) -> str:
+        body = self.aggregate(e, keys)
+        if not self._stages:
+            return body
+        ctes = ", ".join(f"{name} AS ({sql})" for name, sql in self._stages)
+        return f"SELECT * FROM (WITH {ctes} {body}) AS staged"
 
     # -- relations ---------------------------------------------------------------------------------
     def aggregate(self, e: Expr, keys: Sequence[str]) -> str:
@@ -125,45 +166,42 @@ class SqlGen:
         return (f"SELECT {head}SUM({VALUE}) AS {VALUE} FROM ({inner.sql}) AS agg{group} "
                 f"HAVING SUM({VALUE}) <> 0")
 
-    def select(self, e: Expr) -> _Select:
-        if ivars(e):
-            raise UnsupportedQueryError(f"correlated subexpression (inputs {', '.join(ivars(e))}) in {e}")
+    def select(self, e: Expr, domain: _Domain | None = None) -> _Select:
+        """e's rows: one per binding of the domain's variables and e's output variables, with `__v`."""
+        bound = domain.vars if domain else ()
         if isinstance(e, Sum):
-            outs = ovars(e)
+            outs = bound + tuple(o for o in ovars(e) if o not in bound)
             parts = []
             for t in e.terms:
-                s = self.select(t)
+                s = self.select(t, domain)
                 cols = ", ".join(quote(o) if o in s.outputs else f"NULL AS {quote(o)}" for o in outs)
                 parts.append(f"SELECT {cols + ', ' if cols else ''}{VALUE} FROM ({s.sql}) AS u")
             return _Select(" UNION ALL ".join(parts), outs)
         if isinstance(e, AggSum):
-            inner = self.select(e.expr)
-            group = [g for g in e.group if g in inner.outputs]
+            inner = self.select(e.expr, domain)
+            group = list(bound) + [g for g in e.group if g in inner.outputs and g not in bound]
             cols = ", ".join(quote(g) for g in group)
             sql = (f"SELECT {cols + ', ' if cols else ''}SUM({VALUE}) AS {VALUE} FROM ({inner.sql}) AS a"
                    + (f" GROUP BY {cols}" if cols else ""))
             return _Select(sql, tuple(group))
         if isinstance(e, Exists):
-            inner = self.select(e.expr)
+            inner = self.select(e.expr, domain)
             cols = ", ".join(quote(o) for o in inner.outputs)
             sql = (f"SELECT {cols + ', ' if cols else ''}1 AS {VALUE} FROM ({inner.sql}) AS x"
                    + (f" GROUP BY {cols}" if cols else "") + f" HAVING SUM({VALUE}) <> 0")
             return _Select(sql, inner.outputs)
-        return self._product(factors_of(e))
+        return self._product(factors_of(e), domain)
 
-    def _product(self, factors: Sequence[Expr]) -> _Select:
+    def _product(self, factors: Sequence[Expr], domain: _Domain | None) -> _Select:
         scope = _Scope()
-        for f in factors:
+        if domain is not None:
+            alias = self._alias()
+            scope.add_source(domain.table, alias, [])
+            scope.columns.update((v, f"{alias}.{quote(v)}") for v in domain.vars)
+        # Bind before use: a condition may precede the factor binding its variable (bound outside).
+        for f in schedule(factors, scope.columns):
             self._factor(f, scope)
-        outs = tuple(scope.columns)
-        cols = [f"{scope.columns[o]} AS {quote(o)}" for o in outs]
-        weight = " * ".join(scope.weights) if scope.weights else "1"
-        sql = f"SELECT {', '.join(cols + [f'{weight} AS {VALUE}'])}"
-        if scope.sources:
-            sql += " " + " ".join(scope.sources)
-        if scope.conditions:
-            sql += " WHERE " + " AND ".join(scope.conditions)
-        return _Select(sql, outs)
+        return _Select(scope.sql(), tuple(scope.columns))
 
     def _factor(self, f: Expr, scope: _Scope) -> None:
         if isinstance(f, (Rel, DeltaRel)):
@@ -179,23 +217,75 @@ class SqlGen:
             alias = self._alias()
             self._bind(scope, self.sources.map(f.name), alias, list(zip(f.keys, self.sources.map_keys(f.name))))
             scope.weights.append(f"{alias}.{VALUE}")
-        elif isinstance(f, Cmp):
-            scope.conditions.append(self.condition(f, scope.columns))
-        elif isinstance(f, Lift) and is_value(f.expr):
-            value = self.value(f.expr, scope.columns)
+        elif isinstance(f, Lift):
+            if _is_pure(f.expr):
+                value = self.value(f.expr, scope.columns)
+            elif isinstance(f.expr, (Fn, Cmp)):
+                value = self.value(self._nested_values_bound(f.expr, scope), scope.columns)
+            else:
+                value = self._nested_value(f.expr, scope)
             if f.var in scope.columns:
                 scope.conditions.append(f"{scope.columns[f.var]} <=> {value}")
             else:
                 scope.columns[f.var] = value
-        elif is_value(f):
-            scope.weights.append(self.value(f, scope.columns))
-        elif isinstance(f, Lift):
-            raise UnsupportedQueryError(f"lift of a nested aggregate {f}")
+        elif isinstance(f, Cmp):
+            scope.conditions.append(self.condition(self._nested_values_bound(f, scope), scope.columns))
+        elif _is_pure(f) or isinstance(f, Fn):
+            scope.weights.append(self.value(self._nested_values_bound(f, scope), scope.columns))
         else:
-            sub = self.select(f)
-            alias = self._alias()
-            self._bind(scope, f"({sub.sql})", alias, [(o, o) for o in sub.outputs])
-            scope.weights.append(f"{alias}.{VALUE}")
+            self._nested_relation(f, scope)
+
+    def _nested_values_bound(self, e: Expr, scope: _Scope) -> Expr:
+        """e (a value) with each nested aggregate inside it replaced by a variable the scope binds to
+        the aggregate's value. All of them are bound before any SQL of e is taken from the scope's
+        columns, which a correlated aggregate re-stages."""
+        if _is_pure(e):
+            return e
+        if isinstance(e, (Fn, Cmp)):
+            return e.with_children(tuple(self._nested_values_bound(c, scope) for c in e.children()))
+        name = f"__n{len(scope.columns)}_{self._aliases}"
+        scope.columns[name] = self._nested_value(e, scope)
+        return Var(name)
+
+    def _shared(self, e: Expr, scope: _Scope) -> tuple[str, ...]:
+        """The variables of e the scope binds (inside e they are bound from outside: correlation)."""
+        return tuple(v for v in all_vars(e) if v in scope.columns)
+
+    def _domain(self, scope: _Scope, names: Sequence[str]) -> _Domain:
+        """Turn the scope into a stage that the scope then reads; the stage's distinct bindings of names."""
+        stage = self._stage(scope.sql())
+        alias = self._alias()
+        scope.columns = {v: f"{alias}.{quote(v)}" for v in scope.columns}
+        scope.sources = [f"FROM {stage} AS {alias}"]
+        scope.conditions = []
+        scope.weights = [f"{alias}.{VALUE}"]
+        cols = ", ".join(quote(n) for n in names)
+        return _Domain(self._stage(f"SELECT DISTINCT {cols} FROM {stage}"), tuple(names))
+
+    def _nested_value(self, e: Expr, scope: _Scope) -> str:
+        """The SQL value of a nested aggregate for each row of the scope (0 where it has no rows)."""
+        shared = self._shared(e, scope)
+        alias = self._alias()
+        if not shared:
+            sub = self.select(e)
+            scope.add_source(f"(SELECT SUM({VALUE}) AS {VALUE} FROM ({sub.sql}) AS n)", alias, [])
+            return f"COALESCE({alias}.{VALUE}, 0)"
+        domain = self._domain(scope, shared)
+        sub = self.select(e, domain)
+        cols = ", ".join(quote(v) for v in shared)
+        grouped = f"SELECT {cols}, SUM({VALUE}) AS {VALUE} FROM ({sub.sql}) AS n GROUP BY {cols}"
+        on = " AND ".join(f"{scope.columns[v]} <=> {alias}.{quote(v)}" for v in shared)
+        scope.sources.append(f"LEFT JOIN ({grouped}) AS {alias} ON {on}")
+        return f"COALESCE({alias}.{VALUE}, 0)"
+
+    def _nested_relation(self, f: Expr, scope: _Scope) -> None:
+        shared = self._shared(f, scope)
+        outputs = ovars(f)
+        correlated = any(v not in outputs for v in shared)
+        sub = self.select(f, self._domain(scope, shared) if correlated else None)
+        alias = self._alias()
+        self._bind(scope, f"({sub.sql})", alias, [(o, o) for o in sub.outputs])
+        scope.weights.append(f"{alias}.{VALUE}")
 
     def _bind(self, scope: _Scope, table_sql: str, alias: str, var_columns) -> None:
         on = []
