@@ -3,6 +3,10 @@
 Each entry maps a calculus function name to a Python implementation over plain values (None is SQL
 NULL). The Spark runtime renders calls through `spark_sql`, a format string over the rendered
 arguments. Every function here must be deterministic: the delta of a function call is 0.
+
+Python functions declared with `@spark_ivm.udf` (spark_ivm.udfs) are entries too: their `impl` calls
+the vectorized function on one-element pandas Series, their `spark_sql` calls the pandas UDF
+registered on the session under the same name.
 """
 
 from __future__ import annotations

@@ -41,12 +41,14 @@ class UdfDefinitionError(IVMError):
 class UnregisteredFunctionError(UnsupportedQueryError):
     """A view needs a Python function that this process has not defined."""
 
-    def __init__(self, name: str):
+    def __init__(self, name: str, view: str | None = None):
+        called_by = f" (called by view {view})" if view else ""
         super().__init__(
-            f"function {name}",
+            f"function {name}{called_by}",
             detail=(f"{name} is neither a built-in nor a Python function registered in this process; "
                     f"import the module that defines it (with @spark_ivm.udf) before using the view"))
         self.function = name
+        self.view = view
 
 
 @dataclass(frozen=True)
@@ -119,7 +121,16 @@ def _checked_name(name: str) -> str:
     existing = functions.FUNCTIONS.get(lowered)
     if existing is not None and lowered not in UDFS:
         raise UdfDefinitionError(f"{lowered} is a built-in function of incremental views: choose another name")
+    if lowered.upper() in _sql_function_names():
+        # Registered under a built-in's name, it would replace that built-in for the whole session.
+        raise UdfDefinitionError(f"{lowered} is a SQL built-in function: choose another name")
     return lowered
+
+
+def _sql_function_names() -> frozenset[str]:
+    from sqlglot.dialects.dialect import Dialect
+
+    return frozenset(Dialect.get_or_raise("spark").parser_class.FUNCTIONS)
 
 
 def _checked_type(type_sql: str) -> str:
@@ -186,14 +197,15 @@ def pending(spark) -> bool:
     return any(registered.get(name) is not defined for name, defined in list(UDFS.items()))
 
 
-def require(spark, names: Iterable[str]) -> None:
+def require(spark, names: Iterable[str], view: str | None = None) -> None:
     """Make sure every function a view calls can run on `spark`: built-ins need nothing, Python
     functions are registered if they are not yet; a name that is neither raises
-    UnregisteredFunctionError naming it and the remedy (import the module that defines it)."""
+    UnregisteredFunctionError naming it, the view when given, and the remedy (import the module
+    that defines it)."""
     names = list(dict.fromkeys(names))
     missing = [n for n in names if n not in functions.FUNCTIONS]
     if missing:
-        raise UnregisteredFunctionError(missing[0])
+        raise UnregisteredFunctionError(missing[0], view)
     register_on(spark, [n for n in names if n in UDFS])
 
 
