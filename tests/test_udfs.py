@@ -13,8 +13,10 @@ import pytest
 
 import spark_ivm
 from spark_ivm import compile_view, functions, udfs
+from spark_ivm.calculus_parser import parse
 from spark_ivm.errors import UnsupportedQueryError
 from spark_ivm.evaluator import Database, apply_batch, evaluate_map, initial_maps
+from spark_ivm.printer import to_text
 
 PARIS = (48.8566, 2.3522)
 SCHEMAS = {"places": ["id", "name", "lat", "lon", "pop"]}
@@ -24,6 +26,11 @@ SCHEMAS = {"places": ["id", "name", "lat", "lon", "pop"]}
 def size_class(pop):
     """Population class: the number of decimal digits of the population."""
     return np.floor(np.log10(pop.astype("float64").clip(lower=1))).astype("int64") + 1
+
+
+@spark_ivm.udf("boolean", name="test_udfs_has_accent")
+def has_accent(s):
+    return s.str.normalize("NFKD").str.contains("[\u0300-\u036f]", regex=True)
 
 
 @spark_ivm.udf(returnType="string", name="test_udfs_or_unknown", null_propagating=False)
@@ -145,6 +152,12 @@ def test_function_inside_an_aggregate_and_over_group_keys():
     assert [c.sql for c in plan.query.columns][1].startswith("`")
 
 
+def test_boolean_function_as_a_condition():
+    plan, db = _maintain("SELECT id FROM places WHERE test_udfs_has_accent(name)")
+    ids = {key[0] for key, n in db.maps[plan.maps[0].name].items() if n}
+    assert ids == {7}
+
+
 def test_unknown_function_names_the_function_and_the_remedy():
     with pytest.raises(UnsupportedQueryError, match=r"function NO_SUCH_FN .*@spark_ivm\.udf.*import"):
         compile_view("SELECT no_such_fn(name) AS x FROM places", SCHEMAS)
@@ -161,6 +174,13 @@ def test_plan_functions_lists_every_function_a_plan_calls():
     assert set(udfs.plan_functions(plan)) == {"upper", "haversine_km"}
 
 
+def test_calls_print_and_parse_back():
+    plan = compile_view("SELECT normalize_text(name) AS c, SUM(haversine_km(lat, lon, 1.5, 2)) AS d FROM places "
+                        "GROUP BY normalize_text(name)", SCHEMAS)
+    expressions = [m.definition for m in plan.maps] + [s.expr for t in plan.triggers for s in t.statements]
+    assert all(parse(to_text(e)) == e for e in expressions)
+
+
 # ---------------------------------------------------------------------------------------------------
 # Spark end to end
 
@@ -175,7 +195,8 @@ def test_view_with_python_functions_is_maintained_on_spark(spark, fresh_db):
     def half(x):
         return x / 2
 
-    query = (f"SELECT normalize_text(name) AS city, COUNT(*) AS n, SUM(test_udfs_half(pop)) AS half_pop "
+    query = (f"SELECT normalize_text(name) AS city, COUNT(*) AS n, SUM(test_udfs_half(pop)) AS half_pop, "
+             f"SUM(CASE WHEN test_udfs_has_accent(name) THEN 1 ELSE 0 END) AS accented "
              f"FROM places WHERE haversine_km(lat, lon, {PARIS[0]}, {PARIS[1]}) < 500 "
              f"GROUP BY normalize_text(name)")
     spark.sql("CREATE TABLE places (id BIGINT, name STRING, lat DOUBLE, lon DOUBLE, pop BIGINT) USING delta")
@@ -189,7 +210,9 @@ def test_view_with_python_functions_is_maintained_on_spark(spark, fresh_db):
     spark.sql("REFRESH INCREMENTAL VIEW near")
     got = _sorted_rows(spark.table("near"))
     assert got == _sorted_rows(spark.sql(query))
-    assert ("cafe creme", 1, 45.0) in got and ("lyon", 1, 260000.0) in got and ("orleans", 1, None) in got
+    plan_text = spark.sql(f"EXPLAIN {query}").collect()[0][0]
+    assert "ArrowEvalPython" in plan_text and "BatchEvalPython" not in plan_text  # vectorized, not row by row
+    assert ("cafe creme", 1, 45.0, 1) in got and ("lyon", 1, 260000.0, 0) in got and ("orleans", 1, None, 1) in got
 
     # A process that has not defined a function the view calls is told which one and what to do.
     plan = spark._spark_ivm_engine.entry("near").plan
