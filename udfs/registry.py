@@ -12,12 +12,15 @@ NULLs: by default a NULL argument gives NULL, as for most SQL functions, and the
 the rows that have one (`null_propagating=True`). With `null_propagating=False` it receives them as
 pandas represents them (None, NaN or NaT: test with `pd.isna`). A None, NaN or NaT in the result is
 NULL. The reference implementation calls the function on one-element Series, so both paths run the
-same code.
+same code. As in any pandas UDF, a batch of an integer column that holds NULLs arrives as float64
+(pandas has no NULL integer in that representation), even though the NULL rows themselves are left
+out: a function of integers should not depend on the Series' dtype.
 """
 
 from __future__ import annotations
 
 import datetime
+import functools
 import re
 import threading
 import weakref
@@ -127,13 +130,16 @@ def _checked_name(name: str) -> str:
     return lowered
 
 
+@functools.cache
 def _sql_function_names() -> frozenset[str]:
     from sqlglot.dialects.dialect import Dialect
 
     return frozenset(Dialect.get_or_raise("spark").parser_class.FUNCTIONS)
 
 
-def _checked_type(type_sql: str) -> str:
+def _checked_type(type_sql) -> str:
+    if hasattr(type_sql, "simpleString"):  # a pyspark DataType
+        type_sql = type_sql.simpleString()
     normalized = re.sub(r"\s+", "", str(type_sql).lower())
     if not (normalized in _INTEGRAL or normalized in _FRACTIONAL or _DECIMAL.fullmatch(normalized)
             or normalized in ("string", "boolean", "date", "timestamp", "timestamp_ntz")):
