@@ -7,6 +7,15 @@ NULL-safely (`<=>`) because a shared variable is a natural join in the calculus 
 already turned into a shared variable plus an `IS NOT NULL` guard by the rules). Comparisons become
 WHERE conditions, lifts computed columns, values factors of `__v`. A sum is a UNION ALL; an
 AggSum a GROUP BY with SUM(__v) (which, like the calculus, skips NULL contributions).
+
+Nested aggregates (lifts `(z ^= t)` of a t that reads relations or maps, `Exists(e)`, aggregates
+inside comparisons) and sub-expressions correlated with their product (they mention variables the
+product binds, other than as outputs to join on) are evaluated once per distinct binding of those
+variables, as the reference evaluator does: the product so far becomes a stage (a CTE), the stage's
+distinct bindings a domain the sub-expression's SELECT starts from, and the result, grouped by the
+domain's variables, joins back NULL-safely. A lift joins it with LEFT JOIN and COALESCE(…, 0): a
+binding without rows is the value 0 in the calculus. A statement with stages is
+`SELECT * FROM (WITH stage1 AS (…), … SELECT …)`, so it can stand wherever a SELECT can.
 """
 
 from __future__ import annotations
@@ -126,10 +135,7 @@ def _is_pure(e: Expr) -> bool:
 
 
 class SqlGen:
-    """One statement's SQL. A correlated part of a product (a nested aggregate, or a sub-expression
-    that reads variables the product binds) is evaluated once per distinct binding of the variables it
-    shares with the product: the product so far becomes a stage (a CTE), its distinct bindings of those
-    variables the domain the part is evaluated over, and the part's result joins back on them."""
+    """One statement's SQL, with the stages (CTEs) its correlated parts need (see the module doc)."""
 
     def __init__(self, sources: Sources):
         self.sources = sources
