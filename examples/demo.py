@@ -47,7 +47,7 @@ console = Console(highlight=False, soft_wrap=True,
 class Check:
     stage: str
     refresh_s: float | None = None  # None for the initial check after CREATE
-    rows_merged: int | None = None
+    rows_written: int | None = None
     recompute_s: float = 0.0
     rows: list = field(default_factory=list)  # the view's rows
     columns: list = field(default_factory=list)
@@ -68,7 +68,7 @@ class ViewRun:
     error: str | None = None  # the statement that failed and its message
 
 
-def check(spark, run: ViewRun, stage: str, refresh_s=None, rows_merged=None) -> Check:
+def check(spark, run: ViewRun, stage: str, refresh_s=None, rows_written=None) -> Check:
     started = time.perf_counter()
     expected_df = spark.sql(run.query.sql)
     expected = expected_df.collect()
@@ -76,7 +76,7 @@ def check(spark, run: ViewRun, stage: str, refresh_s=None, rows_merged=None) -> 
     actual_df = spark.table(run.view)
     actual = actual_df.collect()
     columns = expected_df.columns
-    result = Check(stage, refresh_s, rows_merged, recompute_s, actual, actual_df.columns)
+    result = Check(stage, refresh_s, rows_written, recompute_s, actual, actual_df.columns)
     want = [(f.name, f.dataType.simpleString()) for f in expected_df.schema.fields]
     got = [(f.name, f.dataType.simpleString()) for f in actual_df.schema.fields]
     if want != got:
@@ -118,7 +118,7 @@ def report(run: ViewRun, check: Check, limit: int) -> None:
     if check.refresh_s is None:
         timing = f"recompute {seconds(check.recompute_s)}"
     else:
-        timing = (f"refresh {seconds(check.refresh_s)} ({check.rows_merged} map rows merged) "
+        timing = (f"refresh {seconds(check.refresh_s)} ({check.rows_written} map rows written) "
                   f"vs recompute {seconds(check.recompute_s)} ({ratio(check.recompute_s, check.refresh_s)})")
     mark = "[green]agree[/]" if check.problem is None else "[bold red]DIFFER[/]"
     note = f" ({check.note})" if check.note else ""
@@ -241,9 +241,9 @@ def run_demo(spark, args) -> int:
                 fail(run, f"REFRESH INCREMENTAL VIEW {run.view}", exc)
                 continue
             refresh_s = time.perf_counter() - t
-            merged = sum(int(r["rows_merged"] or 0) for r in stats)
+            written = sum(int(r["rows_written"] or 0) for r in stats)
             try:
-                c = check(spark, run, stage, refresh_s, merged)
+                c = check(spark, run, stage, refresh_s, written)
             except Exception as exc:
                 fail(run, f"reading {run.view}", exc)
                 continue

@@ -43,7 +43,7 @@ import spark_ivm
 from spark_ivm import bench_report as report
 from spark_ivm import tpch
 from spark_ivm.errors import UnsupportedQueryError
-from spark_ivm.runtime.mapstore import PROGRESS
+from spark_ivm.runtime.mapstore import StoreColumns, live_rows_sql
 from spark_ivm.session import PROJECT_ROOT
 
 ALL_QUERIES = [f"q{n}" for n in range(1, 23)]
@@ -90,8 +90,9 @@ def map_stats(spark, view: str, store: str) -> dict:
     """Maps of a view, rows per map (by name), and the map store's size on disk."""
     shown = [r for r in spark.sql("SHOW INCREMENTAL VIEWS").collect() if r["name"] == view]
     names = list(shown[0]["maps"]) if shown else []
+    columns = StoreColumns(tuple((f.name, f.dataType.simpleString()) for f in spark.table(store).schema.fields))
     counts = {r["map_id"]: r["n"] for r in spark.sql(
-        f"SELECT map_id, COUNT(*) AS n FROM {store} WHERE map_id <> {PROGRESS} GROUP BY map_id").collect()}
+        f"SELECT map_id, COUNT(*) AS n FROM ({live_rows_sql(store, columns)}) GROUP BY map_id").collect()}
     rows = {name: int(counts.get(i, 0)) for i, name in enumerate(names)}
     detail = spark.sql(f"DESCRIBE DETAIL {store}").collect()[0]
     return {"maps": len(names), "map_rows": rows, "map_rows_total": sum(rows.values()),
@@ -104,7 +105,7 @@ def refresh(spark, view: str, store: str) -> dict:
     with measured(spark, "refresh") as m:
         stats = spark.sql(f"REFRESH INCREMENTAL VIEW {view}").collect()
     return {"refresh_s": m.seconds, "refresh_jobs": m.jobs, "commits": store_version(spark, store) - before,
-            "rows_merged": int(stats[0]["rows_merged"] or 0) if stats else 0,
+            "rows_written": int(stats[0]["rows_written"] or 0) if stats else 0,
             "refresh_status": stats[0]["status"] if stats else None}
 
 

@@ -79,7 +79,7 @@ def rows(df) -> list[list]:
 def _refresh(spark) -> dict:
     r = spark.sql(f"REFRESH INCREMENTAL VIEW {VIEW}").collect()
     assert len(r) == 1, r
-    return {"status": r[0]["status"], "rows_merged": r[0]["rows_merged"]}
+    return {"status": r[0]["status"], "rows_written": r[0]["rows_written"]}
 
 
 def main(argv: list[str]) -> int:

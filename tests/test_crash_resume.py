@@ -10,7 +10,7 @@ one Spark process per step plus one, instead of two per step):
 1. ``crash_worker.py setup --crash-at STEP1`` creates two tables and a join + group-by view with NULL
    keys and values, changes both tables, and runs REFRESH → must exit with code 17;
 2. ``crash_worker.py verify --crash-at STEP2 --round 1`` sees the view unchanged (crash before the
-   MERGE commit) or fully refreshed (crash after it), runs REFRESH → the view equals the query, and a
+   commit) or fully refreshed (crash after it), runs REFRESH → the view equals the query, and a
    further REFRESH is "up to date"; then it changes both tables again and runs REFRESH → exit 17;
 3. and so on; the last process verifies the last step and exits 0.
 
@@ -36,8 +36,8 @@ import spark_ivm.runtime.engine as engine
 
 WORKER = Path(__file__).with_name("crash_worker.py")
 TIMEOUT = 1200  # seconds per subprocess; a session start alone is ~15 s on an idle machine
-EXPECTED_STEPS = {"after_progress", "after_deltas", "before_merge", "after_merge"}
-COMMITTED_STEPS = {"after_merge"}  # steps after the MERGE, the one commit of a refresh
+EXPECTED_STEPS = {"after_progress", "after_deltas", "before_write", "after_write"}
+COMMITTED_STEPS = {"after_write"}  # steps after the write, the one commit of a refresh
 
 
 def crash_steps() -> list[str]:
@@ -128,4 +128,4 @@ def test_refresh_resumes_after_crash(step, pipelines):
     # resumed: the view is the query, exactly once, and there is nothing left to do
     assert out["view_schema"] == out["query_schema"]
     assert out["view"] == out["query"]
-    assert out["refresh2"] == {"status": "up to date", "rows_merged": 0}
+    assert out["refresh2"] == {"status": "up to date", "rows_written": 0}

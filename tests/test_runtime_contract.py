@@ -352,7 +352,7 @@ def test_step_refresh_without_changes_is_up_to_date(ivm):
     history = store_versions(spark, "v")
     status = refresh(spark, "v")
     assert status["status"] == "up to date"
-    assert status["rows_merged"] == 0
+    assert status["rows_written"] == 0
     assert store_versions(spark, "v") == history  # nothing written
     assert assert_view_is_query(spark, "v", query) == [(1, 1)]
 
@@ -370,7 +370,7 @@ def test_step_repeat_refresh_changes_nothing(ivm):
     history = store_versions(spark, "v")
     second = refresh(spark, "v")
     assert second["status"] == "up to date"
-    assert second["rows_merged"] == 0
+    assert second["rows_written"] == 0
     assert store_versions(spark, "v") == history
     assert json.loads(second["source_versions"]) == json.loads(first["source_versions"])
     assert assert_view_is_query(spark, "v", query) == after_first == [(1, 1), (2, 12)]
@@ -511,7 +511,7 @@ def test_views_persist_across_processes(persistence_run: Future):
     assert out["view_schema"] == out["query_schema"]
     assert out["view"] == out["query"]
     assert out["view"] != made["created_view"]
-    assert out["refresh2"] == {"status": "up to date", "rows_merged": 0}
+    assert out["refresh2"] == {"status": "up to date", "rows_written": 0}
     (shown,) = [r for r in out["show"] if r["name"] == "p.v"]
     assert shown["sources"] == ["p.c", "p.o"]
     assert shown["state"] == "ok"

@@ -45,32 +45,33 @@ def test_delta_dml_and_change_data_feed(spark, fresh_db):
     }
 
 
-def test_merge_adds_and_deletes_rows_reaching_zero(spark, fresh_db):
-    """The MERGE shape that maintains an aggregate map: add deltas per key, delete
-    keys whose value reaches zero, insert new keys; NULL is a key like any other."""
+def _tagged(spark, statement: str, version: int) -> None:
+    """Run a write with Delta's idempotent-write tag (what a refresh sets on its one commit)."""
+    spark.conf.set("spark.databricks.delta.write.txnAppId", "smoke")
+    spark.conf.set("spark.databricks.delta.write.txnVersion", str(version))
+    try:
+        spark.sql(statement)
+    finally:
+        spark.conf.unset("spark.databricks.delta.write.txnAppId")
+        spark.conf.unset("spark.databricks.delta.write.txnVersion")
+
+
+def test_tagged_appends_and_overwrites_apply_once(spark, fresh_db):
+    """A map store is written by appends and, to compact it, by overwrites that read the table they
+    replace; a write tagged with a version its application id has already committed is skipped. The
+    exactly-once guarantee of a refresh rests on both, on this Delta version."""
     spark.sql("CREATE TABLE m (k INT, n BIGINT) USING delta")
-    spark.sql("INSERT INTO m VALUES (1, 5), (2, 3), (NULL, 1)")
-    spark.sql(
-        """CREATE OR REPLACE TEMP VIEW d AS SELECT * FROM VALUES
-             (1, 2L), (2, -3L), (CAST(NULL AS INT), 4L), (7, 1L), (8, 0L) AS d(k, n)"""
-    )
-    spark.sql(
-        """MERGE INTO m USING d ON m.k <=> d.k
-           WHEN MATCHED AND m.n + d.n = 0 THEN DELETE
-           WHEN MATCHED THEN UPDATE SET n = m.n + d.n
-           WHEN NOT MATCHED AND d.n <> 0 THEN INSERT (k, n) VALUES (d.k, d.n)"""
-    )
-    assert sorted(spark.table("m").collect(), key=lambda r: (r.k is not None, r.k)) == [
-        (None, 5),
-        (1, 7),
-        (7, 1),
-    ]
-    last = spark.sql("DESCRIBE HISTORY m LIMIT 1").collect()[0]
-    assert last.operation == "MERGE"
-    metrics = last.operationMetrics
-    assert metrics["numTargetRowsUpdated"] == "2"
-    assert metrics["numTargetRowsDeleted"] == "1"
-    assert metrics["numTargetRowsInserted"] == "1"
+    _tagged(spark, "INSERT INTO m VALUES (1, 5), (NULL, 1)", 1)
+    _tagged(spark, "INSERT INTO m VALUES (1, 5), (NULL, 1)", 1)  # a repeat: skipped
+    _tagged(spark, "INSERT INTO m VALUES (1, -5), (2, 3)", 2)
+    assert sorted(spark.table("m").collect(), key=repr) == sorted([(1, 5), (None, 1), (1, -5), (2, 3)], key=repr)
+    compact = "INSERT OVERWRITE m SELECT k, SUM(n) FROM m GROUP BY k HAVING SUM(n) <> 0"
+    _tagged(spark, compact, 3)
+    assert sorted(spark.table("m").collect(), key=repr) == sorted([(None, 1), (2, 3)], key=repr)
+    _tagged(spark, "INSERT OVERWRITE m SELECT k, n * 100 FROM m", 3)  # a repeat: skipped
+    assert sorted(spark.table("m").collect(), key=repr) == sorted([(None, 1), (2, 3)], key=repr)
+    history = [r.operation for r in spark.sql("DESCRIBE HISTORY m").collect()]
+    assert history == ["WRITE", "WRITE", "WRITE", "CREATE TABLE"]
 
 
 _CHILD = textwrap.dedent(

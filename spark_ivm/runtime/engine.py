@@ -8,6 +8,7 @@ store that returns exactly what the defining query returns.
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import logging
 import os
@@ -17,13 +18,19 @@ import time
 import uuid
 from dataclasses import dataclass, field
 
+from pyspark.sql.functions import broadcast
+
+from spark_ivm import udfs
 from spark_ivm.compiler import compile_query
 from spark_ivm.errors import (
     InvalidQueryError, IVMError, ParseError, RefreshError, UnknownTableError, UnknownViewError, UnsupportedQueryError, ViewExistsError,
 )
 from spark_ivm.plan import Plan
 from spark_ivm.runtime import sources as source_tables
-from spark_ivm.runtime.mapstore import StoreColumns, StoredMap, StoreLayout, key_column, merge_sql, staged_sql
+from spark_ivm.runtime.mapstore import (
+    COMPACT_EVERY, ENTRY_TOKEN, SEQUENCE, SEQUENCE_ID, StoreColumns, StoredMap, StoreLayout, append_sql, bookkeeping_sql,
+    compact_sql, key_column, live_rows_sql, sequence_sql, staged_sql,
+)
 from spark_ivm.runtime.sqlgen import VALUE, Sources, quote, statement_sql
 from spark_ivm.runtime.statements import (
     CreateView, DropView, ExplainView, RefreshAll, RefreshView, ShowViews,
@@ -34,6 +41,8 @@ log = logging.getLogger("spark_ivm")
 
 CATALOG_CONF = "spark.ivm.catalog"
 DEFAULT_CATALOG = "default.spark_ivm_views"
+COMPACT_CONF = "spark.ivm.compactEvery"
+BROADCAST_BATCH_ROWS = 200_000  # a consolidated batch up to this size is broadcast to the joins that read it
 CRASH_ENV = "SPARK_IVM_CRASH_AT"  # test hook: exit the process abruptly at a named refresh step
 
 
@@ -54,15 +63,25 @@ class ViewEntry:
     output_types: list[list[str]]  # [[column, type], …] of the defining query
     created_at: float
     database: str = ""  # the current database at CREATE: unqualified names in `sql` resolve there
+    # Written with the view's progress in its store at CREATE; a cached entry whose token the store no
+    # longer holds is stale (the view was dropped, re-created or rebuilt by another process).
+    token: int = 0
 
     @property
     def store(self) -> str:
         return self.layout.table
 
 
+class _StaleEntry(Exception):
+    """A cached catalog entry no longer describes the view in its store."""
+
+
 class Engine:
     def __init__(self, spark):
         self.spark = spark
+        # Catalog entries by qualified name. A refresh checks an entry against the token in its store,
+        # which it reads anyway, so a refresh by name costs no read of the catalog.
+        self._cache: dict[str, ViewEntry] = {}
 
     # -- dispatch ------------------------------------------------------------------------------------
     def execute(self, statement):
@@ -86,10 +105,10 @@ class Engine:
         return self.spark.createDataFrame([(text,)], "result STRING")
 
     def _stats_frame(self, stats: list[dict]):
-        rows = [(s["view"], s["status"], json.dumps(s["versions"]), s["rows_merged"], float(s["seconds"]))
+        rows = [(s["view"], s["status"], json.dumps(s["versions"]), s["rows_written"], float(s["seconds"]))
                 for s in stats]
         return self.spark.createDataFrame(
-            rows, "view STRING, status STRING, source_versions STRING, rows_merged BIGINT, seconds DOUBLE")
+            rows, "view STRING, status STRING, source_versions STRING, rows_written BIGINT, seconds DOUBLE")
 
     # -- names ---------------------------------------------------------------------------------------
     def qualify(self, name: str) -> str:
@@ -113,19 +132,26 @@ class Engine:
         if not self.spark.catalog.tableExists(self.catalog_table):
             return []
         rows = self.spark.sql(f"SELECT entry FROM {self.catalog_table} ORDER BY created_at").collect()
-        return [pickle.loads(base64.b64decode(r["entry"])) for r in rows]
+        entries = [pickle.loads(base64.b64decode(r["entry"])) for r in rows]
+        self._cache = {e.name: e for e in entries}
+        return entries
 
-    def entry(self, name: str) -> ViewEntry:
+    def entry(self, name: str, cached: bool = True) -> ViewEntry:
         qualified = self.qualify(name)
+        if cached and qualified in self._cache:
+            return self._cache[qualified]
+        self._cache.pop(qualified, None)
         if self.spark.catalog.tableExists(self.catalog_table):
             rows = self.spark.sql(
                 f"SELECT entry FROM {self.catalog_table} WHERE name = '{qualified}'").collect()
             if rows:
-                return pickle.loads(base64.b64decode(rows[0]["entry"]))
+                self._cache[qualified] = pickle.loads(base64.b64decode(rows[0]["entry"]))
+                return self._cache[qualified]
         raise UnknownViewError(f"no incremental view named {qualified}")
 
     def _save_entry(self, e: ViewEntry, new: bool = False) -> None:
         self._ensure_catalog()
+        self._cache[e.name] = e
         blob = base64.b64encode(pickle.dumps(e)).decode()
         row = self.spark.createDataFrame([(e.name, e.sql, blob, e.created_at)],
                                          "name STRING, sql STRING, entry STRING, created_at DOUBLE")
@@ -138,6 +164,7 @@ class Engine:
             f"WHEN MATCHED THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *")
 
     def _delete_entry(self, name: str) -> None:
+        self._cache.pop(name, None)
         if self.spark.catalog.tableExists(self.catalog_table):
             self.spark.sql(f"DELETE FROM {self.catalog_table} WHERE name = '{name}'")
 
@@ -203,6 +230,7 @@ class Engine:
                 qualified[t] = q
         query = translate(positioned_sql, schemas)  # raises UnknownTableError for the missing ones
         plan = compile_query(query, name=name.split(".")[-1], depth=options.get("depth"))
+        udfs.require(self.spark, udfs.plan_functions(plan), view=name)
         relation_tables = {r: qualified[_schema_key(r, qualified)] for r in query.relations}
         for table in set(relation_tables.values()):
             source_tables.check_delta_source(self.spark, table)
@@ -224,7 +252,7 @@ class Engine:
     def _build_store(self, name, sql, options, store, plan, relation_tables, source_columns, output_types,
                      versions, run: "_RefreshRun", entries=None) -> ViewEntry:
         """Compute the maps from the sources as of `versions` into the store; the view's entry."""
-        sources = self._sources(relation_tables, source_columns, versions, None, None, run)
+        sources = self._sources(relation_tables, source_columns, versions, None, run)
         computed = {}
         for m in plan.maps:
             df = self.spark.sql(statement_sql(m.definition, m.keys, sources))
@@ -239,9 +267,11 @@ class Engine:
         layout = self._allocate(store, name, plan, key_types, value_types, entries)
         new_store = not self.spark.catalog.tableExists(store)
         store_columns = layout.columns if new_store else self._extend_store(store, layout)
+        token = uuid.uuid4().int >> 66  # 62 bits: a positive BIGINT
         rows = " UNION ALL ".join(
             [layout.rows_sql(m.name, statement_sql(m.definition, m.keys, sources), store_columns)
-             for m in plan.maps] + [layout.progress_sql(versions, store_columns)])
+             for m in plan.maps] + [layout.progress_sql({**versions, ENTRY_TOKEN: token}, store_columns)]
+            + ([sequence_sql(0, store_columns)] if new_store else []))
         if new_store:
             self.spark.sql(
                 f"CREATE TABLE {store} USING delta TBLPROPERTIES ('delta.enableDeletionVectors' = 'true', "
@@ -249,7 +279,7 @@ class Engine:
         else:
             self.spark.sql(f"INSERT INTO {store} {rows}")
         entry = ViewEntry(name, sql, options, plan, layout, relation_tables, source_columns, output_types,
-                          time.time(), self.spark.catalog.currentDatabase())
+                          time.time(), self.spark.catalog.currentDatabase(), token)
         self.spark.sql(f"CREATE VIEW {name} AS {read_view_sql(entry)}")
         return entry
 
@@ -294,6 +324,9 @@ class Engine:
         else every row that belongs to no other view (also what a CREATE that failed half-way wrote)."""
         statements = [f"DROP VIEW IF EXISTS {name}"]
         others = [i for e in self._store_members(store) if e.name != name for i in e.layout.map_ids]
+        if others:
+            # The sequence number stays with the store: Delta skips writes tagged with a number it has seen.
+            others.append(SEQUENCE_ID)
         if others or keep_store:
             kept = f"map_id NOT IN ({', '.join(map(str, others))})" if others else "TRUE"
             statements.append(f"DELETE FROM {store} WHERE {kept}")
@@ -306,7 +339,7 @@ class Engine:
                 log.warning("cleanup of %s failed: %s", name, exc)
 
     # -- sources ---------------------------------------------------------------------------------------
-    def _sources(self, relation_tables, source_columns, versions, layout, store_version, run: "_RefreshRun",
+    def _sources(self, relation_tables, source_columns, versions, layout, run: "_RefreshRun",
                  deltas=None, pending=None) -> Sources:
         deltas = deltas or {}
         pending = pending or {}  # map -> its increments from sources applied earlier in this refresh
@@ -319,14 +352,12 @@ class Engine:
             return deltas[rel]
 
         def map_sql(map_name: str) -> str:
-            base = layout.read_map_sql(map_name, run.pinned(layout.table, store_version))
+            base = layout.read_map_sql(map_name, run.pinned(layout.table))
             extra = pending.get(map_name)
             if not extra:
                 return base
-            keys = ", ".join(quote(k) for k in layout.map(map_name).keys)
-            union = " UNION ALL ".join(f"SELECT * FROM {x} AS p{i}" for i, x in enumerate([base] + extra))
-            group = f" GROUP BY {keys}" if keys else ""
-            return f"(SELECT {keys + ', ' if keys else ''}SUM({VALUE}) AS {VALUE} FROM ({union}) AS p{group})"
+            # Rows of a map sum per key (see read_map_sql): the earlier increments are more rows.
+            return "(" + " UNION ALL ".join(f"SELECT * FROM {x} AS p{i}" for i, x in enumerate([base] + extra)) + ")"
 
         return Sources(
             relation=relation,
@@ -338,14 +369,17 @@ class Engine:
 
     # -- REFRESH -------------------------------------------------------------------------------------
     def refresh(self, name: str, full: bool = False) -> dict:
-        entry = self.entry(name)
         if full:
-            return self._rebuild(entry, time.perf_counter())
+            return self._rebuild(self.entry(name, cached=False), time.perf_counter())
+        cached = self.qualify(name) in self._cache
         with _RefreshRun(self.spark) as run:
-            return self._refresh_store([entry], run)[0]
+            try:
+                return self._refresh_store([self.entry(name)], run, check_tokens=cached)[0]
+            except _StaleEntry:
+                return self._refresh_store([self.entry(name, cached=False)], run)[0]
 
     def refresh_all(self) -> list[dict]:
-        """Every view, one MERGE per map store: views that share a store are refreshed atomically."""
+        """Every view, one commit per map store: views that share a store are refreshed atomically."""
         by_store: dict[str, list[ViewEntry]] = {}
         for e in self._ordered_entries():
             by_store.setdefault(e.store, []).append(e)
@@ -355,12 +389,23 @@ class Engine:
                 stats += self._refresh_store(entries, run)
         return stats
 
-    def _refresh_store(self, entries: list[ViewEntry], run: "_RefreshRun") -> list[dict]:
-        """Refresh views of one map store with one MERGE; their statistics, in order."""
+    def _refresh_store(self, entries: list[ViewEntry], run: "_RefreshRun", check_tokens: bool = False) -> list[dict]:
+        """Refresh views of one map store with one commit; their statistics, in order.
+
+        check_tokens: the entries come from the cache; raise _StaleEntry if the store disagrees."""
         started = time.perf_counter()
+        for entry in entries:
+            udfs.require(self.spark, udfs.plan_functions(entry.plan), view=entry.name)
         store = entries[0].store
-        store_version = source_tables.current_version(self.spark, store)
-        progress = self._progress(run.pinned(store, store_version))
+        try:
+            progress = self._progress(store)
+        except Exception:
+            if check_tokens:  # e.g. the store was dropped by another process
+                raise _StaleEntry() from None
+            raise
+        if check_tokens and any(progress.get(e.layout.progress_id, {}).get(ENTRY_TOKEN) != e.token for e in entries):
+            raise _StaleEntry()
+        sequence = progress.get(SEQUENCE_ID, {}).get(SEQUENCE, 0)
         _crash_point("after_progress")
         store_columns = self._store_columns(store)
         stats: dict[str, dict] = {}
@@ -375,23 +420,23 @@ class Engine:
                 work.append(_ViewRefresh(entry, applied, targets, changed))
             else:
                 stats[entry.name] = self._stats(entry, "up to date", applied, 0, started)
-        staged = self._staged(work, store_version, store_columns, run) if work else None
+        staged = self._staged(work, sequence + 1, store_columns, run) if work else None
         _crash_point("after_deltas")
         if staged:
-            _crash_point("before_merge")
+            _crash_point("before_write")
             try:
-                merged = self._merge(store, store_columns, staged, store_version)
+                written = self._write(store, store_columns, staged, sequence + 1)
             except Exception as exc:
                 raise _refresh_failure(work[0].entry, exc) from exc
-            _crash_point("after_merge")
+            _crash_point("after_write")
             for w in work:
-                stats[w.entry.name] = self._stats(w.entry, "refreshed", w.targets, merged, started)
+                stats[w.entry.name] = self._stats(w.entry, "refreshed", w.targets, written, started)
         return [stats[e.name] for e in entries]
 
-    def _staged(self, work: list["_ViewRefresh"], store_version: int, store_columns: StoreColumns,
+    def _staged(self, work: list["_ViewRefresh"], sequence: int, store_columns: StoreColumns,
                 run: "_RefreshRun") -> str:
-        """A temporary view of the rows to MERGE: every view's map increments, summed to one row per
-        map and key, and its new progress.
+        """A temporary view of the rows to write: every view's map increments, summed to one row per
+        map and key, its new progress, and the store's new sequence number.
 
         Each view applies its changed sources one after the other (the product rule): the triggers of
         a later source read the base tables and maps as updated by the batches of the earlier ones.
@@ -402,8 +447,7 @@ class Engine:
             read_later = []  # (view, its increments of this step) for views with sources still to apply
             for w in work:
                 if step < len(w.changed):
-                    rows = self._attributed(w.entry, lambda: self._source_increments(w, step, store_version,
-                                                                                        store_columns, run))
+                    rows = self._attributed(w.entry, lambda: self._source_increments(w, step, store_columns, run))
                     if step + 1 < len(w.changed) and rows:
                         read_later.append((w, rows))
                     else:
@@ -416,25 +460,31 @@ class Engine:
                         w.pending.setdefault(target, []).append(layout.read_map_sql(target, view))
                     ids = ", ".join(str(i) for i in layout.map_ids)
                     w.increments.append(f"SELECT * FROM {view} WHERE map_id IN ({ids})")
-        # Materialized once: MERGE would otherwise evaluate the triggers' joins twice (once to find the
-        # files it touches, once to write), each time resolving every pinned version again.
-        return self._materialize(run, [(w.entry, staged_sql(
-            w.increments, [w.entry.layout.progress_sql(w.targets, store_columns)], store_columns)) for w in work])
+        # Materialized once: the write must not evaluate the triggers' joins again, and its row count
+        # is then cheap to take.
+        parts = [(w.entry, staged_sql(w.increments, [w.entry.layout.progress_sql(w.targets, store_columns)],
+                                      store_columns)) for w in work]
+        parts.append((work[0].entry, sequence_sql(sequence, store_columns)))
+        return self._materialize(run, parts)
 
-    def _source_increments(self, w: "_ViewRefresh", step: int, store_version: int, store_columns: StoreColumns,
+    def _source_increments(self, w: "_ViewRefresh", step: int, store_columns: StoreColumns,
                            run: "_RefreshRun") -> dict[tuple[str, int], str]:
         """The view's map increments from its step-th changed source, in the map store's row shape:
         (target map, statement number) -> SQL."""
         entry, table = w.entry, w.changed[step]
         # The consolidated batch is read by every statement of the trigger (and by other views).
         batch_view = run.batch(table, w.applied[table] + 1, w.targets[table], entry.source_columns[table])
+        if not run.batch_rows[batch_view]:
+            # The changes cancel out (a row inserted and deleted again): no statement has anything to add.
+            w.versions[table] = w.targets[table]
+            return {}
         relations = [r for r, t in entry.sources.items() if t == table]
         deltas = {r: batch_view for r in relations}
-        sources = self._sources(entry.sources, entry.source_columns, w.versions, entry.layout, store_version,
-                                run, deltas, w.pending)
+        sources = self._sources(entry.sources, entry.source_columns, w.versions, entry.layout, run, deltas,
+                                w.pending)
         # A re-evaluation (:=) computes the map's new contents, so it reads this source after its batch.
         after = self._sources(entry.sources, entry.source_columns, {**w.versions, table: w.targets[table]},
-                              entry.layout, store_version, run, deltas, w.pending)
+                              entry.layout, run, deltas, w.pending)
         statements = [s for rel in relations if entry.plan.trigger(rel) for s in entry.plan.trigger(rel).statements]
         increments = {(s.target, i): entry.layout.rows_sql(
                           s.target, self._statement_increments(entry, s, after if s.op == ":=" else sources),
@@ -477,42 +527,33 @@ class Engine:
             return f"SELECT {sel}SUM({VALUE}) AS {VALUE} FROM ({union}) d{group} HAVING SUM({VALUE}) <> 0"
         return statement_sql(s.expr, s.keys, sources)
 
-    def _merge(self, store: str, store_columns: StoreColumns, staged_view: str, store_version: int) -> int:
-        """One MERGE of all map increments and the new progress; returns the rows it touched."""
+    def _write(self, store: str, store_columns: StoreColumns, staged_view: str, sequence: int) -> int:
+        """One commit of all map increments, the new progress and sequence number: an append, or every
+        `spark.ivm.compactEvery`-th refresh an overwrite with the compacted store. Returns the staged rows."""
         settings = {
-            # Idempotent write: a second MERGE computed from the same store version is skipped by
+            # Idempotent write: a second write computed from the same sequence number is skipped by
             # Delta, so a retried or concurrent refresh can never apply the same changes twice.
             "spark.databricks.delta.write.txnAppId": f"spark_ivm:{store}",
-            "spark.databricks.delta.write.txnVersion": str(store_version + 1),
-            # The source is checkpointed, so it is deterministic: no need for MERGE to copy it first.
-            "spark.databricks.delta.merge.materializeSource": "none",
+            "spark.databricks.delta.write.txnVersion": str(sequence),
         }
-        conf = self.spark.conf
-        previous = {k: conf.get(k, None) for k in settings}
-        for k, v in settings.items():
-            conf.set(k, v)
-        try:
-            result = self.spark.sql(merge_sql(store, staged_view, store_columns)).collect()
-        finally:
-            for k, v in previous.items():
-                if v is None:
-                    conf.unset(k)
-                else:
-                    conf.set(k, v)
-        return int(result[0]["num_affected_rows"]) if result else 0
+        compact_every = int(self.spark.conf.get(COMPACT_CONF, str(COMPACT_EVERY)))
+        statement = (compact_sql(store, staged_view, store_columns) if compact_every > 0 and sequence % compact_every == 0
+                     else append_sql(store, staged_view))
+        with _session_settings(self.spark, settings):
+            self.spark.sql(statement)
+        return self.spark.table(staged_view).count()
 
-    def _progress(self, store_rows: str) -> dict[int, dict[str, int]]:
-        """Progress id -> {source table: last version applied}, for every view of the store, from
-        `store_rows` (the store as of the version the refresh pins)."""
-        rows = self.spark.sql(f"SELECT map_id, src, src_version FROM {store_rows} WHERE map_id < 0").collect()
+    def _progress(self, store: str) -> dict[int, dict[str, int]]:
+        """Bookkeeping id -> {src: latest value}: per view (progress id), the last version applied of each
+        source table and its entry token; the store's sequence number under SEQUENCE_ID."""
         progress: dict[int, dict[str, int]] = {}
-        for r in rows:
+        for r in self.spark.sql(bookkeeping_sql(store)).collect():
             progress.setdefault(r["map_id"], {})[r["src"]] = r["src_version"]
         return progress
 
     @staticmethod
     def _applied(entry: ViewEntry, progress: dict[int, dict[str, int]]) -> dict[str, int]:
-        applied = progress.get(entry.layout.progress_id, {})
+        applied = {t: v for t, v in progress.get(entry.layout.progress_id, {}).items() if t != ENTRY_TOKEN}
         missing = [t for t in entry.sources.values() if t not in applied]
         if missing:
             raise RefreshError(f"view {entry.name} has no recorded progress for {missing[0]}; "
@@ -531,11 +572,13 @@ class Engine:
                 f"run REFRESH INCREMENTAL VIEW {entry.name} FULL to rebuild it")
 
     def _stats(self, entry, status, versions, rows, started) -> dict:
-        return {"view": entry.name, "status": status, "versions": versions, "rows_merged": rows,
+        return {"view": entry.name, "status": status, "versions": versions, "rows_written": rows,
                 "seconds": time.perf_counter() - started}
 
     def _rebuild(self, entry: ViewEntry, started: float) -> dict:
         """FULL refresh: compile again against the current schemas and recompute every map."""
+        # Before anything is removed: a rebuild that cannot run must leave the view as it was.
+        udfs.require(self.spark, udfs.plan_functions(entry.plan), view=entry.name)
         store = entry.store
         self._remove_objects(entry.name, store)
         # The definition's unqualified names mean what they meant at CREATE, whatever is current now.
@@ -553,7 +596,7 @@ class Engine:
     # -- DROP / SHOW / EXPLAIN -------------------------------------------------------------------------
     def drop(self, name: str, if_exists: bool = False) -> None:
         try:
-            entry = self.entry(name)
+            entry = self.entry(name, cached=False)
         except UnknownViewError:
             if if_exists:
                 return
@@ -562,10 +605,10 @@ class Engine:
         self._delete_entry(entry.name)
 
     def show(self):
-        rows = []
+        rows, progress = [], {}
         for e in self._entries():
             try:
-                applied = self._applied(e, self._progress(e.store))
+                applied = self._applied(e, progress.get(e.store) or progress.setdefault(e.store, self._progress(e.store)))
                 state = "ok"
             except Exception as exc:  # a broken view is listed, not hidden
                 applied, state = {}, f"error: {exc}"
@@ -575,9 +618,10 @@ class Engine:
             rows, "name STRING, sources ARRAY<STRING>, source_versions STRING, maps ARRAY<STRING>, state STRING")
 
     def explain(self, name: str) -> str:
-        e = self.entry(name)
+        e = self.entry(name, cached=False)
         counts = {r["map_id"]: r["n"] for r in self.spark.sql(
-            f"SELECT map_id, COUNT(*) AS n FROM {e.store} GROUP BY map_id").collect()}
+            f"SELECT map_id, COUNT(*) AS n FROM ({live_rows_sql(e.store, self._store_columns(e.store))}) "
+            f"GROUP BY map_id").collect()}
         lines = [f"-- incremental view {e.name} (map store {e.store})"]
         for m in e.layout.maps:
             lines.append(f"-- map {m.name}[{', '.join(m.keys)}]: {counts.get(m.map_id, 0)} rows, value {m.value_type}")
@@ -594,7 +638,7 @@ class _ViewRefresh:
     changed: list[str]
     versions: dict[str, int] = field(default_factory=dict)  # the version of each source the next step sees
     pending: dict[str, list[str]] = field(default_factory=dict)  # map -> increments of earlier steps
-    increments: list[str] = field(default_factory=list)  # store-shaped rows to MERGE
+    increments: list[str] = field(default_factory=list)  # store-shaped rows to write
 
     def __post_init__(self):
         self.versions = dict(self.applied)
@@ -610,6 +654,7 @@ class _RefreshRun:
         self.run_id = uuid.uuid4().hex[:8]
         self.versions: dict[str, int] = {}
         self.batches: dict[tuple, str] = {}
+        self.batch_rows: dict[str, int] = {}  # batch view -> its rows
         self.pins: dict[tuple, str] = {}
         self.schemas: dict[str, list[list[str]] | None] = {}
         self.temporary: list[str] = []
@@ -641,22 +686,51 @@ class _RefreshRun:
 
     def checkpoint(self, sql: str) -> str:
         """A temporary view of the query's rows, computed once now."""
-        # Checkpointed, not cached: Delta refuses a MERGE whose source plan holds cached parts.
+        # Checkpointed, not cached: cached blocks can be evicted and recomputed, a checkpoint is the rows
+        # as computed once.
         return self._register(self.spark.sql(sql).localCheckpoint())
 
-    def pinned(self, table: str, version: int) -> str:
-        """A temporary view of the table as of a version. Every statement that reads the table reads
-        the view, so Delta resolves that version's snapshot once, not once per reference."""
+    def pinned(self, table: str, version: int | None = None) -> str:
+        """A temporary view of the table as of a version (None: as it is). Every statement that reads the
+        table reads the view, so Delta resolves that version's snapshot once, not once per reference."""
         key = (table, version)
         if key not in self.pins:
-            self.pins[key] = self._register(self.spark.read.format("delta").option("versionAsOf", version).table(table))
+            reader = self.spark.read.format("delta")
+            if version is not None:
+                reader = reader.option("versionAsOf", version)
+            self.pins[key] = self._register(reader.table(table))
         return self.pins[key]
 
     def batch(self, table: str, start: int, end: int, columns) -> str:
+        """A temporary view of the consolidated changes of the table's versions start..end."""
         key = (table, start, end)
         if key not in self.batches:
-            self.batches[key] = self.checkpoint(source_tables.change_rows_sql(table, start, end, columns))
+            rows = self.spark.sql(source_tables.change_rows_sql(table, start, end, columns)).localCheckpoint()
+            size = rows.count()
+            if 0 < size <= BROADCAST_BATCH_ROWS:
+                # A batch is small next to the maps it joins: copy it to every task instead of shuffling
+                # the maps to meet it.
+                rows = broadcast(rows)
+            self.batches[key] = self._register(rows)
+            self.batch_rows[self.batches[key]] = size
         return self.batches[key]
+
+
+@contextlib.contextmanager
+def _session_settings(spark, settings: dict[str, str]):
+    """Set Spark session settings for the duration of a block, then restore what was there."""
+    conf = spark.conf
+    previous = {k: conf.get(k, None) for k in settings}
+    for k, v in settings.items():
+        conf.set(k, v)
+    try:
+        yield
+    finally:
+        for k, v in previous.items():
+            if v is None:
+                conf.unset(k)
+            else:
+                conf.set(k, v)
 
 
 def _query_schema(spark, sql: str):
@@ -711,18 +785,23 @@ def read_view_sql(entry: ViewEntry) -> str:
     stored = {a.name: layout.map(f"{prefix}_{a.name}") for a in query.aggregates}
     sums = [a for a in query.aggregates if a.reduce is None]
     keys = [f"{layout.key_column(k)} AS {quote(k)}" for k in query.keys]
-    columns = [f"COALESCE(MAX(CASE WHEN map_id = {stored[a.name].map_id} THEN {stored[a.name].value_column} END), 0)"
+    # A map's value is the sum of its rows at a key (see mapstore.py).
+    columns = [f"COALESCE(SUM(CASE WHEN map_id = {stored[a.name].map_id} THEN {stored[a.name].value_column} END), 0)"
                f" AS {quote(a.name)}" for a in sums]
     ids = ", ".join(str(stored[a.name].map_id) for a in sums)
     group = f" GROUP BY {', '.join(layout.key_column(k) for k in query.keys)}" if query.keys else ""
     body = f"(SELECT {', '.join(keys + columns)} FROM {layout.table} WHERE map_id IN ({ids}){group}) AS g"
     for i, a in enumerate(a for a in query.aggregates if a.reduce is not None):
         m = stored[a.name]
-        reduced = _REDUCERS[a.reduce].format(layout.key_column(a.value_keys[0]))
+        value_key = layout.key_column(a.value_keys[0])
+        reduced = _REDUCERS[a.reduce].format(value_key)
+        # The values present in each group: those whose count sums to more than 0.
+        present = (f"SELECT {', '.join([layout.key_column(k) for k in query.keys] + [value_key])} FROM {layout.table} "
+                   f"WHERE map_id = {m.map_id} GROUP BY {', '.join([layout.key_column(k) for k in query.keys] + [value_key])} "
+                   f"HAVING SUM({m.value_column}) > 0")
         # The reduced side's keys get names of their own, so the outer SELECT's key names stay unambiguous.
         side_keys = [f"{layout.key_column(k)} AS {quote('__r_' + k)}" for k in query.keys]
-        sub = (f"SELECT {', '.join(side_keys + [f'{reduced} AS {quote(a.name)}'])} FROM {layout.table} "
-               f"WHERE map_id = {m.map_id} AND {m.value_column} > 0{group}")
+        sub = f"SELECT {', '.join(side_keys + [f'{reduced} AS {quote(a.name)}'])} FROM ({present}) AS present{group}"
         on = " AND ".join(f"g.{quote(k)} <=> r{i}.{quote('__r_' + k)}" for k in query.keys)
         body += f" LEFT JOIN ({sub}) AS r{i} ON {on}" if on else f" CROSS JOIN ({sub}) AS r{i}"
     conditions = []

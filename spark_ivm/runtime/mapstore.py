@@ -3,10 +3,21 @@
     map_id INT | k_<var> … (typed key columns, NULL where a map has no such key) |
     v_<type> … (one value column per value type; a map uses one) | src STRING | src_version BIGINT
 
-Rows with a negative map_id are a view's progress: per source table, the last Delta version applied.
-Because maps and progress share one table, a refresh is one MERGE: one commit, atomic across maps,
-exactly once. Views created `WITH (store = 'name')` share a store, so REFRESH INCREMENTAL VIEWS
-refreshes all of them in that one MERGE too.
+A map's value at a key is the SUM of its rows at that key: a refresh appends each map's increments
+(one row per map and key) instead of updating rows in place, because on Delta an append is one cheap
+commit while a MERGE costs several Spark jobs to find and rewrite the rows it touches (measured with
+local Spark: about 0.4 s against 2.3 s for a few rows into a 20,000-row table). Every
+`COMPACT_EVERY`-th refresh of a store overwrites it with one row per key instead, dropping keys whose
+value reached 0, so the rows a read aggregates stay bounded.
+
+Rows with a negative map_id are bookkeeping, also read as aggregates: a view's progress (per source
+table, the last Delta version applied: the MAX of its rows), the token of the view's catalog entry,
+and the store's refresh sequence number (`SEQUENCE_ID`). Because maps and progress share one table, a
+refresh is one commit, atomic across maps. It is exactly once because the commit carries Delta's
+idempotent-write tag (txnAppId = the store, txnVersion = the sequence number it writes): a second
+refresh computed from the same sequence number is skipped by Delta. Views created
+`WITH (store = 'name')` share a store, so REFRESH INCREMENTAL VIEWS refreshes all of them in that
+one commit too.
 
 A view knows only its own maps (`StoreLayout`); the store's columns are the union over its views and
 are read from the table when rows are written (`StoreColumns`).
@@ -20,6 +31,10 @@ from dataclasses import dataclass
 from spark_ivm.runtime.sqlgen import VALUE, quote
 
 PROGRESS = -1  # the progress id of a view with a store of its own
+SEQUENCE_ID = -(2**31)  # the row holding the store's refresh sequence number
+SEQUENCE = "#refresh"  # its `src`
+ENTRY_TOKEN = "#entry"  # `src` of a progress row holding the token of the view's catalog entry
+COMPACT_EVERY = 8  # refreshes between compactions of a store (session setting spark.ivm.compactEvery)
 
 
 def value_column(type_sql: str) -> str:
@@ -100,8 +115,14 @@ class StoreLayout:
                                   + [("src", "string"), ("src_version", "bigint")]))
 
     def read_map_sql(self, name: str, store: str | None = None) -> str:
-        """A map as `key columns (named by the map's keys), __v`, from the store (or from `store`, a
-        table expression of the store's rows, e.g. a pinned version)."""
+        """A map as `key columns (named by the map's keys), __v`, from the store (or from `store`, a table
+        expression of the store's rows).
+
+        The rows are the map as a relation with multiplicities: a key may have several rows, and its
+        value is their sum. That is all a trigger needs, because a map's value enters a statement as a
+        factor of a product that is then summed (sums distribute over the rows), and every non-linear
+        use (a lift, Exists, a comparison) reads an aggregate that sums first. Not aggregating here
+        keeps a map read a plain scan, which joins a small batch without a shuffle."""
         m = self.map(name)
         cols = [f"{self.key_column(k)} AS {quote(k)}" for k in m.keys] + [f"{m.value_column} AS {VALUE}"]
         return f"(SELECT {', '.join(cols)} FROM {store or self.table} WHERE map_id = {m.map_id})"
@@ -120,27 +141,41 @@ class StoreLayout:
         return f"SELECT {', '.join(cols)} FROM ({increments_sql}) AS inc"
 
     def progress_sql(self, versions: dict[str, int], store: StoreColumns | None = None) -> str:
-        rows = []
-        for source, version in versions.items():
-            cols = []
-            for col, type_sql in (store or self.columns).columns:
-                if col == "map_id":
-                    cols.append(f"{self.progress_id} AS map_id")
-                elif col == "src":
-                    cols.append(f"'{source}' AS src")
-                elif col == "src_version":
-                    cols.append(f"CAST({version} AS BIGINT) AS src_version")
-                else:
-                    cols.append(f"CAST(NULL AS {type_sql}) AS {col}")
-            rows.append(f"SELECT {', '.join(cols)}")
-        return " UNION ALL ".join(rows)
+        """Progress rows: per source, the last version applied (or, for ENTRY_TOKEN, the entry's token)."""
+        return " UNION ALL ".join(bookkeeping_row_sql(self.progress_id, source, version, store or self.columns)
+                                  for source, version in versions.items())
+
+
+def bookkeeping_row_sql(map_id: int, src: str, version: int, store: StoreColumns) -> str:
+    cols = []
+    for col, type_sql in store.columns:
+        if col == "map_id":
+            cols.append(f"{map_id} AS map_id")
+        elif col == "src":
+            cols.append(f"'{src}' AS src")
+        elif col == "src_version":
+            cols.append(f"CAST({version} AS BIGINT) AS src_version")
+        else:
+            cols.append(f"CAST(NULL AS {type_sql}) AS {col}")
+    return f"SELECT {', '.join(cols)}"
+
+
+def sequence_sql(number: int, store: StoreColumns) -> str:
+    """The store's refresh sequence number row."""
+    return bookkeeping_row_sql(SEQUENCE_ID, SEQUENCE, number, store)
+
+
+def bookkeeping_sql(store: str) -> str:
+    """Per bookkeeping id and `src`, the latest value: progress versions, entry tokens, the sequence."""
+    return (f"SELECT map_id, src, MAX(src_version) AS src_version FROM {store} WHERE map_id < 0 "
+            f"GROUP BY map_id, src")
 
 
 def staged_sql(increments: list[str], progress: list[str], store: StoreColumns) -> str:
     """Increments summed to one row per map and key, followed by the progress rows."""
     keys = ["map_id"] + store.keys
     values = {c for c, _ in store.values}
-    # In the store's column order: UNION ALL and MERGE's INSERT * match columns by position.
+    # In the store's column order: UNION ALL and INSERT match columns by position.
     select = [c if c in keys else f"SUM({c}) AS {c}" if c in values else f"CAST(NULL AS {t}) AS {c}"
               for c, t in store.columns]
     parts = list(progress)
@@ -150,21 +185,30 @@ def staged_sql(increments: list[str], progress: list[str], store: StoreColumns) 
     return " UNION ALL ".join(parts)
 
 
-def merge_sql(table: str, staged: str, store: StoreColumns) -> str:
-    """MERGE staged rows (pre-aggregated: one per map and key) into the store.
+def append_sql(table: str, staged: str) -> str:
+    """Append staged rows (in the store's column order) to the store."""
+    return f"INSERT INTO {table} SELECT * FROM {staged}"
 
-    Values add up; a row whose value reaches 0 is deleted; progress rows take the new version.
-    Keys match NULL-safely, so NULL group keys are keys like any other.
-    """
-    keys = ["t.map_id = s.map_id", "t.src <=> s.src"] + [f"t.{k} <=> s.{k}" for k in store.keys]
-    sums = {c: f"COALESCE(t.{c}, 0) + COALESCE(s.{c}, 0)" for c, _ in store.values}
-    zero = " AND ".join(f"{s} = 0" for s in sums.values()) or "TRUE"
-    updates = ", ".join(
-        f"t.{c} = CASE WHEN t.{c} IS NULL AND s.{c} IS NULL THEN NULL ELSE {s} END" for c, s in sums.items())
-    return (
-        f"MERGE INTO {table} AS t USING {staged} AS s ON {' AND '.join(keys)} "
-        f"WHEN MATCHED AND s.map_id < 0 THEN UPDATE SET t.src_version = s.src_version "
-        f"WHEN MATCHED AND {zero} THEN DELETE "
-        + (f"WHEN MATCHED THEN UPDATE SET {updates} " if updates else "")
-        + "WHEN NOT MATCHED THEN INSERT *"
-    )
+
+def compact_sql(table: str, staged: str, store: StoreColumns) -> str:
+    """Overwrite the store with its rows plus the staged ones, one row per map and key: values summed,
+    keys whose values all sum to 0 dropped, bookkeeping rows reduced to their latest value.
+
+    Keys group NULL-safely (GROUP BY treats NULL as a value), so NULL group keys stay keys."""
+    keys = ["map_id"] + store.keys + ["src"]
+    values = dict(store.values)
+    select = [c if c in keys
+              else f"CAST(SUM({c}) AS {t}) AS {c}" if c in values
+              else f"MAX({c}) AS {c}"
+              for c, t in store.columns]
+    live = " OR ".join(f"COALESCE(SUM({c}), 0) <> 0" for c in values) or "FALSE"
+    return (f"INSERT OVERWRITE {table} SELECT {', '.join(select)} FROM "
+            f"(SELECT * FROM {table} UNION ALL SELECT * FROM {staged}) AS rows "
+            f"GROUP BY {', '.join(keys)} HAVING map_id < 0 OR {live}")
+
+
+def live_rows_sql(table: str, store: StoreColumns) -> str:
+    """map_id and key columns of every live map row (a key whose value is not 0)."""
+    keys = ["map_id"] + store.keys
+    live = " OR ".join(f"COALESCE(SUM({c}), 0) <> 0" for c, _ in store.values) or "FALSE"
+    return f"SELECT {', '.join(keys)} FROM {table} WHERE map_id >= 0 GROUP BY {', '.join(keys)} HAVING {live}"
