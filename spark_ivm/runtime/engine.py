@@ -525,7 +525,11 @@ class Engine:
             union = f"SELECT {sel}{VALUE} FROM ({new}) n UNION ALL SELECT {sel}-{VALUE} AS {VALUE} FROM {old} o"
             group = f" GROUP BY {keys}" if keys else ""
             return f"SELECT {sel}SUM({VALUE}) AS {VALUE} FROM ({union}) d{group} HAVING SUM({VALUE}) <> 0"
-        return statement_sql(s.expr, s.keys, sources)
+        # A statement's rows are summed per map and key with all others when staged. Decimal values are
+        # summed per statement first, so that each increment is rounded to the map's type once, after
+        # summing, as computing the map from scratch does.
+        exact_sum = not entry.layout.map(s.target).value_type.startswith("decimal")
+        return statement_sql(s.expr, s.keys, sources, consolidated=not exact_sum)
 
     def _write(self, store: str, store_columns: StoreColumns, staged_view: str, sequence: int) -> int:
         """One commit of all map increments, the new progress and sequence number: an append, or every

@@ -172,16 +172,18 @@ def bookkeeping_sql(store: str) -> str:
 
 
 def staged_sql(increments: list[str], progress: list[str], store: StoreColumns) -> str:
-    """Increments summed to one row per map and key, followed by the progress rows."""
+    """Increments summed to one row per map and key (keys whose increments cancel left out), followed by
+    the progress rows."""
     keys = ["map_id"] + store.keys
     values = {c for c, _ in store.values}
     # In the store's column order: UNION ALL and INSERT match columns by position.
     select = [c if c in keys else f"SUM({c}) AS {c}" if c in values else f"CAST(NULL AS {t}) AS {c}"
               for c, t in store.columns]
+    live = " OR ".join(f"COALESCE(SUM({c}), 0) <> 0" for c in values)
     parts = list(progress)
     if increments:
         parts.insert(0, f"SELECT {', '.join(select)} FROM ({' UNION ALL '.join(increments)}) AS i "
-                        f"GROUP BY {', '.join(keys)}")
+                        f"GROUP BY {', '.join(keys)} HAVING {live}")
     return " UNION ALL ".join(parts)
 
 

@@ -43,7 +43,8 @@ class Sources:
     relation(name) / delta(name): a SQL table expression with the relation's columns (`columns(name)`,
     in schema order); a delta also has `__m`, the consolidated signed multiplicity of each row.
     map(name): a SQL table expression with the map's key columns (named as the map declares them,
-    given by `map_keys(name)`) and `__v`.
+    given by `map_keys(name)`) and `__v`: the map as a relation with multiplicities, where a key may have
+    several rows whose values add up (every use of a map here is summed, or aggregated first).
     """
 
     relation: Callable[[str], str]
@@ -82,9 +83,11 @@ _CMP_SQL = {"=": "=", "!=": "<>", "<": "<", "<=": "<=", ">": ">", ">=": ">="}
 BOOLEAN_FUNCTIONS = {"like", "ilike", "rlike", "in"}
 
 
-def statement_sql(e: Expr, keys: Sequence[str], sources: Sources) -> str:
-    """SELECT keys…, __v: e summed per key, zero and NULL sums dropped."""
-    return SqlGen(sources).statement(e, keys)
+def statement_sql(e: Expr, keys: Sequence[str], sources: Sources, consolidated: bool = True) -> str:
+    """SELECT keys…, __v: e summed per key, zero and NULL sums dropped; or, not consolidated, e's rows
+    with their keys and values, for a caller that sums them per key itself (one aggregation for many
+    statements instead of one each)."""
+    return SqlGen(sources).statement(e, keys, consolidated)
 
 
 @dataclass(frozen=True)
@@ -151,15 +154,15 @@ class SqlGen:
         self._stages.append((name, sql))
         return name
 
-    def statement(self, e: Expr, keys: Sequence[str]) -> str:
-        body = self.aggregate(e, keys)
+    def statement(self, e: Expr, keys: Sequence[str], consolidated: bool = True) -> str:
+        body = self.aggregate(e, keys, consolidated)
         if not self._stages:
             return body
         ctes = ", ".join(f"{name} AS ({sql})" for name, sql in self._stages)
         return f"SELECT * FROM (WITH {ctes} {body}) AS staged"
 
     # -- relations ---------------------------------------------------------------------------------
-    def aggregate(self, e: Expr, keys: Sequence[str]) -> str:
+    def aggregate(self, e: Expr, keys: Sequence[str], consolidated: bool = True) -> str:
         if isinstance(e, AggSum) and set(e.group) == set(keys):
             e = e.expr  # grouped below anyway
         inner = self.select(e)
@@ -167,6 +170,8 @@ class SqlGen:
         if missing:
             raise UnsupportedQueryError(f"key {missing[0]} not bound by {e}")
         cols = ", ".join(quote(k) for k in keys)
+        if not consolidated:
+            return f"SELECT {cols + ', ' if keys else ''}{VALUE} FROM ({inner.sql}) AS agg"
         group = f" GROUP BY {cols}" if keys else ""
         head = f"{cols}, " if keys else ""
         return (f"SELECT {head}SUM({VALUE}) AS {VALUE} FROM ({inner.sql}) AS agg{group} "
