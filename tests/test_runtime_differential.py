@@ -67,51 +67,43 @@ def _contents(spark, queries: dict[str, str]) -> dict[str, Counter]:
     return contents
 
 
-def _distinct_plans() -> dict[str, tuple[str, int | None]]:
-    """View name -> (query, depth) for every corpus query at each depth, leaving out a depth whose
-    compiled plan is the same as another depth's for that query (the runtime would run the very same
+def distinct_plans(queries: list[str], prefix: str = "v") -> dict[str, tuple[str, int | None]]:
+    """View name -> (query, depth) for every query at each depth, leaving out a depth whose compiled
+    plan is the same as another depth's for that query (the runtime would run the very same
     statements twice)."""
     views, seen = {}, set()
-    for i, sql in enumerate(QUERIES):
+    for i, sql in enumerate(queries):
         query = translate(sql, SCHEMAS)
         for label, depth in DEPTHS.items():
             plan = compile_query(query, name="v", depth=depth).explain()
             key = (i, re.sub(r"\s*--.*", "", plan))  # comments name the depth; the statements are what counts
             if key not in seen:
                 seen.add(key)
-                views[f"v{i}_{label}"] = (sql, depth)
+                views[f"{prefix}{i}_{label}"] = (sql, depth)
     return views
 
 
-@pytest.fixture(scope="module")
-def corpus_views(spark):
+def create_views(spark, queries: list[str], rng: random.Random, database: str, store: str,
+                 prefix: str) -> dict[str, str]:
+    """Random tables R, S, T in a new database and every query at both depths as views in one map
+    store (REFRESH INCREMENTAL VIEWS is then one commit per round); view name -> query."""
     spark_ivm.enable(spark)
-    spark.sql("CREATE DATABASE IF NOT EXISTS ivm_differential")
-    spark.sql("USE ivm_differential")
-    rng = random.Random(20261121)
+    spark.sql(f"CREATE DATABASE IF NOT EXISTS {database}")
+    spark.sql(f"USE {database}")
     for table, cols in SCHEMAS.items():
         spark.sql(f"CREATE TABLE {table} ({', '.join(c + ' INT' for c in cols)}) USING delta")
         spark.sql(f"INSERT INTO {table} VALUES {_rows(rng, len(cols), 8)}")
     views = {}
-    for name, (sql, depth) in _distinct_plans().items():
-        # One map store for all: REFRESH INCREMENTAL VIEWS is then one MERGE per round.
-        options = ", ".join(["store = 'corpus_maps'"] + ([] if depth is None else [f"depth = {depth}"]))
+    for name, (sql, depth) in distinct_plans(queries, prefix).items():
+        options = ", ".join([f"store = '{store}'"] + ([] if depth is None else [f"depth = {depth}"]))
         spark.sql(f"CREATE INCREMENTAL VIEW {name} WITH ({options}) AS {sql}")
         views[name] = sql
-    yield views, rng
-    spark.sql("USE default")
+    return views
 
 
-def test_every_corpus_query_at_both_depths_is_covered():
-    views = _distinct_plans()
-    assert {sql for sql, _ in views.values()} == set(QUERIES)
-    for i, sql in enumerate(QUERIES):
-        assert f"v{i}_depth1" in views or f"v{i}_unlimited" in views
-
-
-def test_views_equal_their_queries_after_every_refresh(spark, corpus_views):
-    views, rng = corpus_views
-    spark.sql("USE ivm_differential")
+def refresh_rounds(spark, views: dict[str, str], rng: random.Random) -> list[str]:
+    """Compare every view with its query now and after each of ROUNDS random batches and refreshes;
+    the differences found."""
     failures = []
     for round_no in range(ROUNDS + 1):
         if round_no:
@@ -125,4 +117,26 @@ def test_views_equal_their_queries_after_every_refresh(spark, corpus_views):
             if got != want:
                 failures.append(f"round {round_no}, {name}: {sql}\n  view  {sorted(got.items(), key=repr)}\n"
                                 f"  query {sorted(want.items(), key=repr)}")
+    return failures
+
+
+@pytest.fixture(scope="module")
+def corpus_views(spark):
+    rng = random.Random(20261121)
+    views = create_views(spark, QUERIES, rng, "ivm_differential", "corpus_maps", "v")
+    yield views, rng
+    spark.sql("USE default")
+
+
+def test_every_corpus_query_at_both_depths_is_covered():
+    views = distinct_plans(QUERIES)
+    assert {sql for sql, _ in views.values()} == set(QUERIES)
+    for i, sql in enumerate(QUERIES):
+        assert f"v{i}_depth1" in views or f"v{i}_unlimited" in views
+
+
+def test_views_equal_their_queries_after_every_refresh(spark, corpus_views):
+    views, rng = corpus_views
+    spark.sql("USE ivm_differential")
+    failures = refresh_rounds(spark, views, rng)
     assert not failures, "\n".join(failures)
