@@ -22,6 +22,7 @@ from spark_ivm.evaluator import Database, apply_batch, evaluate_map, initial_map
 from spark_ivm.runtime.sqlgen import MULTIPLICITY, VALUE, Sources, quote, statement_sql
 
 from corpus import NESTED_QUERIES, QUERIES, SCHEMAS
+from test_tpch_compile import apply
 
 DEPTHS = [0, 1, None]
 SCENARIOS = 2
@@ -204,12 +205,7 @@ def corpus_scenario(rng: random.Random):
             batch[row] = batch.get(row, 0) - rng.randint(1, current[name][row])
         batch = {r: m for r, m in batch.items() if m}
         batches.append((name, batch))
-        for row, m in batch.items():
-            n = current[name].get(row, 0) + m
-            if n:
-                current[name][row] = n
-            else:
-                current[name].pop(row, None)
+        apply(current[name], batch)
     return relations, batches
 
 

@@ -612,7 +612,9 @@ class Engine:
         rows, progress = [], {}
         for e in self._entries():
             try:
-                applied = self._applied(e, progress.get(e.store) or progress.setdefault(e.store, self._progress(e.store)))
+                if e.store not in progress:  # one read per store, shared by its views
+                    progress[e.store] = self._progress(e.store)
+                applied = self._applied(e, progress[e.store])
                 state = "ok"
             except Exception as exc:  # a broken view is listed, not hidden
                 applied, state = {}, f"error: {exc}"
