@@ -5,6 +5,8 @@
     delete_held_back(spark, "tpch")                          # … and take them out again
     delete_orders(spark, "tpch", 0.005)                      # RF2: delete 0.5% of the orders
     update_rows(spark, "tpch")                               # some lineitems and customers change
+    update_dimensions(spark, "tpch")                         # … and some orders, parts and suppliers
+    delete_dimension_rows(spark, "tpch")                     # customers, parts, suppliers, a nation go
 
 Every table gets the schema of the TPC-H specification (section 1.4): identifiers BIGINT, integers INT,
 money and quantities DECIMAL(15,2), dates DATE, text STRING. The tables are Delta tables with the change
@@ -259,6 +261,40 @@ def update_rows(spark, database: str = "tpch", modulus: int = 50) -> Changed:
             f"WHERE c_custkey % {modulus} = 0")),
     }
     return Changed({}, {}, updated)
+
+
+def update_dimensions(spark, database: str = "tpch", modulus: int = 50) -> Changed:
+    """Updates of orders, part and supplier rows on columns the TPC-H queries filter, join and group on:
+    for the orders with key ≡ 3 (mod `modulus`) the priority rotates and the order date moves 30 days on;
+    every `modulus`-th part (key ≡ 4) flips its size between 15 and 14, its container to MED BOX and its
+    name to start with 'forest'; every third supplier moves to the next nation and its balance grows."""
+    updated = {
+        "orders": _affected(spark.sql(
+            f"UPDATE {database}.orders SET "
+            f"o_orderpriority = CASE WHEN o_orderpriority LIKE '1%' THEN '5-LOW' ELSE '1-URGENT' END, "
+            f"o_orderdate = date_add(o_orderdate, 30) WHERE o_orderkey % {modulus} = 3")),
+        "part": _affected(spark.sql(
+            f"UPDATE {database}.part SET p_size = CASE WHEN p_size = 15 THEN 14 ELSE 15 END, "
+            f"p_container = 'MED BOX', p_name = concat('forest ', p_name) WHERE p_partkey % {modulus} = 4")),
+        "supplier": _affected(spark.sql(
+            f"UPDATE {database}.supplier SET s_nationkey = (s_nationkey + 1) % 25, "
+            f"s_acctbal = s_acctbal + 100 WHERE s_suppkey % 3 = 1")),
+    }
+    return Changed({}, {}, updated)
+
+
+def delete_dimension_rows(spark, database: str = "tpch", modulus: int = 50, nation: str = "JAPAN") -> Changed:
+    """Deletions of dimension rows, leaving facts that refer to them: every `modulus`-th customer, part
+    and part-supplier (keys ≡ 7, 8 and 9), one supplier in ten, and one nation (by name) — which empties
+    the groups of that nation."""
+    deleted = {
+        "customer": _affected(spark.sql(f"DELETE FROM {database}.customer WHERE c_custkey % {modulus} = 7")),
+        "part": _affected(spark.sql(f"DELETE FROM {database}.part WHERE p_partkey % {modulus} = 8")),
+        "partsupp": _affected(spark.sql(f"DELETE FROM {database}.partsupp WHERE ps_partkey % {modulus} = 9")),
+        "supplier": _affected(spark.sql(f"DELETE FROM {database}.supplier WHERE s_suppkey % 10 = 5")),
+        "nation": _affected(spark.sql(f"DELETE FROM {database}.nation WHERE n_name = '{nation}'")),
+    }
+    return Changed({}, deleted, {})
 
 
 def _affected(result) -> int:

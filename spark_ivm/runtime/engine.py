@@ -16,6 +16,7 @@ import pickle
 import re
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from pyspark.sql.functions import broadcast
@@ -43,6 +44,7 @@ CATALOG_CONF = "spark.ivm.catalog"
 DEFAULT_CATALOG = "default.spark_ivm_views"
 COMPACT_CONF = "spark.ivm.compactEvery"
 BROADCAST_BATCH_ROWS = 200_000  # a consolidated batch up to this size is broadcast to the joins that read it
+LOOKUP_THREADS = 4  # catalog and Delta log look-ups in flight at once (each mostly waits on the driver)
 CRASH_ENV = "SPARK_IVM_CRASH_AT"  # test hook: exit the process abruptly at a named refresh step
 
 
@@ -222,18 +224,27 @@ class Engine:
                entries: list[ViewEntry] | None = None) -> ViewEntry:
         positioned_sql = positioned_sql or sql
         tables = source_tables.referenced_tables(positioned_sql)
-        schemas, qualified = {}, {}
-        for t in tables:
+
+        def table_fields(t: str):
             q = self.qualify(t)
-            if self.spark.catalog.tableExists(q) and q != name:
-                schemas[t] = [f.name for f in self.spark.table(q).schema.fields]
-                qualified[t] = q
-        query = translate(positioned_sql, schemas)  # raises UnknownTableError for the missing ones
+            if q == name or not self.spark.catalog.tableExists(q):
+                return None
+            return q, [[f.name, f.dataType.simpleString()] for f in self.spark.table(q).schema.fields]
+
+        found = {t: f for t, f in zip(tables, _parallel(self.spark, table_fields, tables)) if f}
+        qualified = {t: q for t, (q, _) in found.items()}
+        fields = {q: columns for q, columns in found.values()}
+        query = translate(positioned_sql, {t: [c for c, _ in fields[q]] for t, q in qualified.items()})  # raises UnknownTableError for the missing ones
         plan = compile_query(query, name=name.split(".")[-1], depth=options.get("depth"))
         udfs.require(self.spark, udfs.plan_functions(plan), view=name)
         relation_tables = {r: qualified[_schema_key(r, qualified)] for r in query.relations}
-        for table in set(relation_tables.values()):
-            source_tables.check_delta_source(self.spark, table)
+        source_list = sorted(set(relation_tables.values()))
+
+        def checked_version(table: str) -> int:
+            source_tables.check_delta_source(self.spark, table)  # may turn the feed on: a new version
+            return source_tables.current_version(self.spark, table)
+
+        versions = dict(zip(source_list, _parallel(self.spark, checked_version, source_list)))
         output_types = [[f.name, f.dataType.simpleString()] for f in _query_schema(self.spark, positioned_sql)]
         names = [n.lower() for n, _ in output_types]
         repeated = sorted({n for n in names if names.count(n) > 1})
@@ -241,9 +252,7 @@ class Engine:
             # A Spark view cannot have two columns of one name; the query alone could.
             raise UnsupportedQueryError(f"two output columns named {repeated[0]}",
                                         detail="give the columns distinct aliases")
-        versions = {t: source_tables.current_version(self.spark, t) for t in set(relation_tables.values())}
-        source_columns = {t: [[f.name, f.dataType.simpleString()] for f in self.spark.table(t).schema.fields]
-                          for t in set(relation_tables.values())}
+        source_columns = {t: fields[t] for t in source_list}
 
         with _RefreshRun(self.spark) as run:
             return self._build_store(name, sql, options, store, plan, relation_tables, source_columns,
@@ -253,14 +262,14 @@ class Engine:
                      versions, run: "_RefreshRun", entries=None) -> ViewEntry:
         """Compute the maps from the sources as of `versions` into the store; the view's entry."""
         sources = self._sources(relation_tables, source_columns, versions, None, run)
-        computed = {}
-        for m in plan.maps:
-            df = self.spark.sql(statement_sql(m.definition, m.keys, sources))
-            computed[m.name] = df
+        # The SQL is made here, in this thread (it registers the pinned source views); only Spark's
+        # analysis of each map's query, for its types, runs in parallel.
+        definitions = [statement_sql(m.definition, m.keys, sources) for m in plan.maps]
+        schemas = _parallel(self.spark, lambda sql: self.spark.sql(sql).schema.fields, definitions)
         key_types: dict[str, str] = {}
         value_types = {}
-        for m in plan.maps:
-            fields = {f.name: f.dataType.simpleString() for f in computed[m.name].schema.fields}
+        for m, schema in zip(plan.maps, schemas):
+            fields = {f.name: f.dataType.simpleString() for f in schema}
             for k in m.keys:
                 key_types.setdefault(k, fields[k])
             value_types[m.name] = _value_type(fields[VALUE])
@@ -269,8 +278,7 @@ class Engine:
         store_columns = layout.columns if new_store else self._extend_store(store, layout)
         token = uuid.uuid4().int >> 66  # 62 bits: a positive BIGINT
         rows = " UNION ALL ".join(
-            [layout.rows_sql(m.name, statement_sql(m.definition, m.keys, sources), store_columns)
-             for m in plan.maps] + [layout.progress_sql({**versions, ENTRY_TOKEN: token}, store_columns)]
+            [layout.rows_sql(m.name, sql, store_columns) for m, sql in zip(plan.maps, definitions)] + [layout.progress_sql({**versions, ENTRY_TOKEN: token}, store_columns)]
             + ([sequence_sql(0, store_columns)] if new_store else []))
         if new_store:
             self.spark.sql(
@@ -408,6 +416,7 @@ class Engine:
         sequence = progress.get(SEQUENCE_ID, {}).get(SEQUENCE, 0)
         _crash_point("after_progress")
         store_columns = self._store_columns(store)
+        run.look_up({t for entry in entries for t in entry.sources.values()})
         stats: dict[str, dict] = {}
         work: list[_ViewRefresh] = []
         for entry in entries:
@@ -672,6 +681,23 @@ class _RefreshRun:
         for view in self.temporary:
             self.spark.catalog.dropTempView(view)
 
+    def look_up(self, tables) -> None:
+        """Look up the versions and columns of tables not looked up yet, in parallel."""
+        missing = sorted(t for t in tables if t not in self.versions or t not in self.schemas)
+
+        def both(table: str):
+            columns = self.columns_now(table)
+            return columns, source_tables.current_version(self.spark, table) if columns is not None else None
+
+        for table, (columns, version) in zip(missing, _parallel(self.spark, both, missing)):
+            self.schemas[table] = columns
+            if version is not None:
+                self.versions[table] = version
+
+    def columns_now(self, table: str) -> list[list[str]] | None:
+        return ([[f.name, f.dataType.simpleString()] for f in self.spark.table(table).schema.fields]
+                if self.spark.catalog.tableExists(table) else None)
+
     def version(self, table: str) -> int:
         if table not in self.versions:
             self.versions[table] = source_tables.current_version(self.spark, table)
@@ -680,8 +706,7 @@ class _RefreshRun:
     def columns(self, table: str) -> list[list[str]] | None:
         """The table's [[column, type], …] now, or None when it does not exist."""
         if table not in self.schemas:
-            self.schemas[table] = ([[f.name, f.dataType.simpleString()] for f in self.spark.table(table).schema.fields]
-                                   if self.spark.catalog.tableExists(table) else None)
+            self.schemas[table] = self.columns_now(table)
         return self.schemas[table]
 
     def _register(self, df) -> str:
@@ -720,6 +745,30 @@ class _RefreshRun:
             self.batches[key] = self._register(rows)
             self.batch_rows[self.batches[key]] = size
         return self.batches[key]
+
+
+def _parallel(spark, lookup, items) -> list:
+    """[lookup(item) for item in items], run in a few threads: a Delta version, a table's details or a
+    query's schema costs a driver round trip of 0.1–1 s each, and a view reads several tables. The
+    calling thread's job group and description carry over to the threads."""
+    items = list(items)
+    if len(items) < 2:
+        return [lookup(item) for item in items]
+    keys = ("spark.jobGroup.id", "spark.job.description", "spark.job.interruptOnCancel", "spark.scheduler.pool")
+    try:
+        sc = spark.sparkContext
+        local = {k: sc.getLocalProperty(k) for k in keys}
+    except Exception:  # Spark Connect has no SparkContext (and no job groups to carry over)
+        sc, local = None, {}
+
+    def run(item):
+        for k, v in local.items():
+            if v is not None:
+                sc.setLocalProperty(k, v)
+        return lookup(item)
+
+    with ThreadPoolExecutor(max_workers=min(LOOKUP_THREADS, len(items))) as pool:
+        return list(pool.map(run, items))
 
 
 @contextlib.contextmanager
