@@ -14,6 +14,7 @@ import pytest
 
 from spark_ivm import compile_view
 from spark_ivm.evaluator import Database, apply_batch, evaluate_map, initial_maps
+from spark_ivm.heuristics import MAX_TRIGGER_STATEMENTS, default_depth_plan, statement_count
 from spark_ivm.tpch import SCHEMAS as DDL
 from spark_ivm.tpch import _split_columns, read_query
 
@@ -29,6 +30,24 @@ def test_tpch_query_compiles(name, depth):
     plan = compile_view(read_query(name).sql, SCHEMAS, depth=depth)
     assert plan.maps and plan.triggers
     assert set(plan.relations) == set(plan.query.relations)
+
+
+def test_default_plan_stays_within_the_statement_budget():
+    """Without a depth, a view gets full higher-order IVM unless that has too many trigger statements;
+    then the deepest depth that stays within the budget (TPC-H Q8: 685 statements unlimited)."""
+    def plan_at(name):
+        return lambda depth: compile_view(read_query(name).sql, SCHEMAS, depth=depth)
+
+    for name in QUERIES:
+        plan = default_depth_plan(plan_at(name))
+        unlimited = plan_at(name)(None)
+        assert statement_count(plan) <= MAX_TRIGGER_STATEMENTS, name
+        if statement_count(unlimited) <= MAX_TRIGGER_STATEMENTS:
+            assert plan.depth is None, name
+        else:
+            assert plan.depth is not None and statement_count(plan_at(name)(plan.depth + 1)) > MAX_TRIGGER_STATEMENTS, name
+    assert default_depth_plan(plan_at("q8")).depth == 1
+    assert default_depth_plan(plan_at("q5")).depth is None
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -26,6 +26,7 @@ from spark_ivm.compiler import compile_query
 from spark_ivm.errors import (
     InvalidQueryError, IVMError, ParseError, RefreshError, UnknownTableError, UnknownViewError, UnsupportedQueryError, ViewExistsError,
 )
+from spark_ivm.heuristics import default_depth_plan
 from spark_ivm.plan import Plan
 from spark_ivm.runtime import sources as source_tables
 from spark_ivm.runtime.mapstore import (
@@ -235,7 +236,11 @@ class Engine:
         qualified = {t: q for t, (q, _) in found.items()}
         fields = {q: columns for q, columns in found.values()}
         query = translate(positioned_sql, {t: [c for c, _ in fields[q]] for t, q in qualified.items()})  # raises UnknownTableError for the missing ones
-        plan = compile_query(query, name=name.split(".")[-1], depth=options.get("depth"))
+        view = name.split(".")[-1]
+        if "depth" in options:  # `depth = unlimited` is None too, but chosen
+            plan = compile_query(query, name=view, depth=options["depth"])
+        else:
+            plan = default_depth_plan(lambda depth: compile_query(query, name=view, depth=depth))
         udfs.require(self.spark, udfs.plan_functions(plan), view=name)
         relation_tables = {r: qualified[_schema_key(r, qualified)] for r in query.relations}
         source_list = sorted(set(relation_tables.values()))
