@@ -42,9 +42,8 @@ def statement_count(plan) -> int:
 
 def default_depth_plan(plan_at: Callable[[int | None], object]):
     """The plan of a view created without a depth: unlimited (full higher-order IVM) when its triggers
-    have at most MAX_TRIGGER_STATEMENTS statements, else the deepest depth that stays within that, and
-    at least depth 1 (first-order IVM, which never has more statements than the query has relations
-    times its aggregates)."""
+    have at most MAX_TRIGGER_STATEMENTS statements, else the first of depths 3, 2 and 1 that stays
+    within that, and depth 1 (first-order IVM: a statement per relation and aggregate) at the least."""
     plan = plan_at(None)
     depth = 3
     while statement_count(plan) > MAX_TRIGGER_STATEMENTS and depth >= 1:

@@ -283,7 +283,8 @@ class Engine:
         store_columns = layout.columns if new_store else self._extend_store(store, layout)
         token = uuid.uuid4().int >> 66  # 62 bits: a positive BIGINT
         rows = " UNION ALL ".join(
-            [layout.rows_sql(m.name, sql, store_columns) for m, sql in zip(plan.maps, definitions)] + [layout.progress_sql({**versions, ENTRY_TOKEN: token}, store_columns)]
+            [layout.rows_sql(m.name, sql, store_columns) for m, sql in zip(plan.maps, definitions)]
+            + [layout.progress_sql({**versions, ENTRY_TOKEN: token}, store_columns)]
             + ([sequence_sql(0, store_columns)] if new_store else []))
         if new_store:
             self.spark.sql(
