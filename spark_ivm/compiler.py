@@ -8,8 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
-from spark_ivm.analysis import all_vars, rename
-from spark_ivm.calculus import ZERO, AggSum, Expr, MapRef, aggsum
+from spark_ivm.analysis import all_vars, reads_database, rename, transform_up
+from spark_ivm.calculus import ZERO, AggSum, Expr, MapRef, aggsum, sum_
 from spark_ivm.delta import delta
 from spark_ivm.heuristics import Policy
 from spark_ivm.plan import MapDecl, Plan, Statement, Trigger
@@ -103,24 +103,85 @@ def _statement(m: MapDecl, relation: str, registry: MapRegistry, policy: Policy,
     d = simplify(delta(m.definition, relation), strict)
     if d == ZERO:
         return None
-    if m.maintenance == "incremental":
-        root = registry.roots[m.name]
+    if m.maintenance != "incremental":
+        return Statement(m.name, m.keys, "+=", d)
+    # Decided on a dry run (maps looked up, not declared), so that the form not taken leaves no maps.
+    delta_size = _size(extract_aggregates(d, _look_up(registry)))
+    if policy.reevaluates(delta_size):
+        contents = _contents_after_batch(m, relation, _look_up(registry), _look_up(registry), policy, strict)
+        if contents is not None and _size(contents) < delta_size:
+            contents = _contents_after_batch(m, relation, _materializer(registry, policy, m, relation, 1),
+                                             _materializer(registry, policy, m, relation, 2), policy, strict)
+            return Statement(m.name, m.keys, ":=", contents)
+    return Statement(m.name, m.keys, "+=", extract_aggregates(d, _materializer(registry, policy, m, relation, 1)))
 
-        def materialize(definition: AggSum) -> MapRef:
-            existing = registry.shared(definition)
-            if existing is None:
-                name = registry.fresh_name(f"{root}_m{relation}")
-                existing = registry.declare(name, definition, m.level + 1, policy.maintenance(m.level + 1))
-                registry.roots[name] = root
+
+def _size(e: Expr) -> int:
+    return sum(1 for _ in e.walk())
+
+
+def _materializer(registry: MapRegistry, policy: Policy, m: MapDecl, relation: str, levels_down: int):
+    """Turns a definition into a reference to its map, declaring the map (a level below m's) if new."""
+    root = registry.roots[m.name]
+    level = m.level + levels_down
+
+    def materialize(definition: AggSum) -> MapRef:
+        existing = registry.shared(definition)
+        if existing is None:
+            name = registry.fresh_name(f"{root}_m{relation}")
+            existing = registry.declare(name, definition, level, policy.maintenance(level))
+            registry.roots[name] = root
+        return MapRef(existing.name, definition.group)
+
+    return materialize
+
+
+def _look_up(registry: MapRegistry):
+    """Like a materializer, but declares nothing: a map not declared yet gets a placeholder name."""
+    placeholders: dict[Expr, str] = {}
+
+    def look_up(definition: AggSum) -> MapRef:
+        existing = registry.shared(definition)
+        if existing is not None:
             return MapRef(existing.name, definition.group)
+        name = placeholders.setdefault(canonical(definition), f"?{len(placeholders)}")
+        return MapRef(name, definition.group)
 
-        d = extract_aggregates(d, materialize)
-    return Statement(m.name, m.keys, "+=", d)
+    return look_up
 
 
-def compile_query(query: ViewQuery, name: str = "q", depth: int | None = None, strict: bool = False) -> Plan:
+def _contents_after_batch(m: MapDecl, relation: str, materialize, materialize_deeper, policy: Policy,
+                          strict: bool) -> Expr | None:
+    """m's contents after a batch of `relation`, computed from the maps before it and the batch: m's
+    definition over maps, each map M that reads the relation replaced by `M + ΔM`. None when that would
+    read a base relation (a map below m is maintained first-order)."""
+    sites: dict[MapRef, AggSum] = {}
+
+    def at_site(definition: AggSum) -> MapRef:
+        ref = materialize(definition)
+        sites[ref] = definition
+        return ref
+
+    over_maps = extract_aggregates(m.definition, at_site)
+    incremental_below = policy.maintenance(m.level + 1) == "incremental"
+
+    def after_batch(x: Expr) -> Expr:
+        if not isinstance(x, MapRef) or x not in sites:
+            return x
+        d = simplify(delta(sites[x], relation), strict)
+        if d == ZERO:
+            return x
+        return sum_(x, extract_aggregates(d, materialize_deeper) if incremental_below else d)
+
+    contents = transform_up(over_maps, after_batch)
+    return None if reads_database(contents) else contents
+
+
+def compile_query(query: ViewQuery, name: str = "q", depth: int | None = None, strict: bool = False,
+                  policy: Policy | None = None) -> Plan:
+    """The plan of a view; policy, when given, replaces the default policy of the depth."""
     roots = [(f"{name}_{a.name}", a.definition) for a in query.aggregates]
-    return compile_maps(roots, Policy(depth), query=query, strict=strict)
+    return compile_maps(roots, policy or Policy(depth), query=query, strict=strict)
 
 
 def compile_view(

@@ -246,14 +246,12 @@ def initial_maps(plan, db: Database) -> None:
 
 def apply_batch(plan, db: Database, relation: str, batch: Relation) -> None:
     """Run the plan's trigger for one batch of `relation` ({tuple: ±multiplicity}) and apply the
-    batch to the base relation: `+=` statements read the pre-batch state, `:=` the post-batch one."""
+    batch to the base relation and the maps. Every statement reads the maps before the batch and the
+    batch; `+=` statements read the base relations before it, `:=` ones after it."""
     trigger = plan.trigger(relation)
+    statements = trigger.statements if trigger is not None else ()
     db.deltas = {relation: {t: m for t, m in batch.items() if m != 0}}
-    increments = []
-    if trigger is not None:
-        for s in trigger.statements:
-            if s.op == "+=":
-                increments.append((s.target, evaluate_map(s.expr, s.keys, db)))
+    increments = [(s.target, evaluate_map(s.expr, s.keys, db)) for s in statements if s.op == "+="]
     base = db.relations.setdefault(relation, {})
     for t, m in batch.items():
         n = base.get(t, 0) + m
@@ -261,11 +259,9 @@ def apply_batch(plan, db: Database, relation: str, batch: Relation) -> None:
             base[t] = n
         else:
             base.pop(t, None)
+    contents = [(s.target, evaluate_map(s.expr, s.keys, db)) for s in statements if s.op == ":="]
     db.deltas = {}
-    if trigger is not None:
-        for s in trigger.statements:
-            if s.op == ":=":
-                db.maps[s.target] = evaluate_map(s.expr, s.keys, db)
+    db.maps.update(contents)
     for target, inc in increments:
         current = db.maps.setdefault(target, {})
         for k, v in inc.items():

@@ -15,13 +15,21 @@ from typing import Callable
 # 1–2 minutes.
 MAX_TRIGGER_STATEMENTS = 160
 
+# A delta with more nodes than this is replaced by re-evaluating its map from the other maps and the
+# batch, when that is smaller. A nested aggregate's delta inlines the nested value before and after the
+# batch at every use: TPC-H Q15's lineitem delta (the global MAX of per-supplier revenue, compared with
+# every supplier's) has 3,969 nodes and became a 368 KB statement that Spark's analyzer did not get
+# through in 8 minutes; no other TPC-H delta has more than 884.
+MAX_DELTA_NODES = 2000
+
 
 @dataclass(frozen=True)
 class Policy:
     """depth: None = full higher-order IVM; 1 = classic first-order IVM (deltas read base tables);
-    0 = re-evaluate the view's maps on every batch."""
+    0 = re-evaluate the view's maps on every batch. max_delta_nodes: see `reevaluates`."""
 
     depth: int | None = None
+    max_delta_nodes: int = MAX_DELTA_NODES
 
     def __post_init__(self):
         if self.depth is not None and (not isinstance(self.depth, int) or self.depth < 0):
@@ -34,6 +42,12 @@ class Policy:
         if self.depth is not None and level + 1 >= self.depth:
             return "first-order"
         return "incremental"
+
+    def reevaluates(self, delta_size: int) -> bool:
+        """Whether a map whose delta has delta_size nodes is better recomputed from the maps below it
+        (its contents after the batch) than incremented: the work is then proportional to the map, not
+        to the batch, so only for deltas too large to plan."""
+        return delta_size > self.max_delta_nodes
 
 
 def statement_count(plan) -> int:

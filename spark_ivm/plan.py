@@ -6,9 +6,11 @@ Printed in an M3-like text form:
     ON BATCH OF O:
       q[] += AggSum([], ΔO(k, r) * r * q_mO[k]);
 
-Statement semantics: every statement of a trigger reads map values and base relations as they were
-before the batch (and the batch itself), then all `+=` results are added. A `:=` statement (depth 0,
-re-evaluation) recomputes its map from the base relations after the batch.
+Statement semantics: every statement of a trigger reads map values as they were before the batch and
+the batch itself, then all `+=` results are added. `+=` statements read base relations before the
+batch. A `:=` statement computes its map's new contents, marked `-- re-evaluated`: at depth 0 from the
+base relations after the batch; otherwise (a delta too large to plan, see `heuristics`) from the maps
+below it, each `M` that the batch changes read as `M + ΔM`, and no base relation.
 
 A statement whose delta holds a nested aggregate (scalar subquery, EXISTS, IN, outer join) adds the
 new value's contribution and subtracts the old one only for the keys whose nested value the batch
@@ -49,7 +51,9 @@ class Statement:
     def text(self) -> str:
         text = f"{self.target}[{', '.join(self.keys)}] {self.op} {to_text(self.expr)};"
         keys = self.reevaluated_keys
-        if keys is not None:
+        if self.op == ":=":
+            text += "  -- re-evaluated"
+        elif keys is not None:
             text += f"  -- re-evaluated per affected key [{', '.join(keys)}]"
         return text
 

@@ -1,5 +1,6 @@
 """Differential test of the compiler: running a plan's triggers on the reference evaluator keeps
-every map equal to re-evaluating its definition, after every batch, at depths 0, 1 and unlimited."""
+every map equal to re-evaluating its definition, after every batch, at depths 0, 1 and unlimited, and
+with every delta that can be re-evaluated from the maps below it re-evaluated (`:=` statements)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from spark_ivm import compile_view
+from spark_ivm.compiler import compile_query
 from spark_ivm.evaluator import Database, apply_batch, evaluate_map, initial_maps
+
+from spark_ivm.heuristics import Policy
+from spark_ivm.sql import translate
 
 from corpus import NESTED_QUERIES, QUERIES, SCHEMAS
 
@@ -60,10 +65,16 @@ def same(a: dict, b: dict) -> bool:
     return all(math.isclose(float(a[k]), float(b[k]), rel_tol=1e-9, abs_tol=1e-9) for k in a)
 
 
-@pytest.mark.parametrize("depth", [0, 1, None], ids=["depth0", "depth1", "unlimited"])
+REEVALUATED = "reevaluated"  # unlimited depth, every delta larger than its re-evaluation replaced by it
+
+
+@pytest.mark.parametrize("depth", [0, 1, None, REEVALUATED], ids=["depth0", "depth1", "unlimited", REEVALUATED])
 @pytest.mark.parametrize("sql", QUERIES + NESTED_QUERIES)
 def test_triggers_keep_maps_equal_to_their_definitions(sql, depth):
-    plan = compile_view(sql, SCHEMAS, depth=depth)
+    if depth == REEVALUATED:
+        plan = compile_query(translate(sql, SCHEMAS), policy=Policy(max_delta_nodes=0))
+    else:
+        plan = compile_view(sql, SCHEMAS, depth=depth)
 
     @settings(max_examples=12, derandomize=True, deadline=None,
               suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
