@@ -22,7 +22,7 @@ from spark_ivm.bench import REL_TOL  # sums added in another order may differ in
 pytestmark = [pytest.mark.runtime, pytest.mark.on_demand]
 
 SCALE = float(os.environ.get("SPARK_IVM_TPCH_SF", "0.01"))
-QUERIES = os.environ.get("SPARK_IVM_TPCH_QUERIES", ",".join(f"q{n}" for n in range(1, 23))).split(",")
+QUERIES = (os.environ.get("SPARK_IVM_TPCH_QUERIES") or ",".join(f"q{n}" for n in range(1, 23))).split(",")
 
 # (label, the change) in the order applied; each is followed by one REFRESH INCREMENTAL VIEWS.
 BATCHES = [

@@ -33,7 +33,7 @@ from spark_ivm.runtime.mapstore import (
     COMPACT_EVERY, ENTRY_TOKEN, SEQUENCE, SEQUENCE_ID, StoreColumns, StoredMap, StoreLayout, append_sql, bookkeeping_sql,
     compact_sql, key_column, live_rows_sql, sequence_sql, staged_sql,
 )
-from spark_ivm.runtime.sqlgen import VALUE, Sources, quote, statement_sql
+from spark_ivm.runtime.sqlgen import VALUE, Sources, literal_sql, quote, statement_sql
 from spark_ivm.runtime.statements import (
     CreateView, DropView, ExplainView, RefreshAll, RefreshView, ShowViews,
 )
@@ -101,17 +101,17 @@ class Engine:
         if isinstance(statement, ShowViews):
             return self.show()
         if isinstance(statement, ExplainView):
-            return self.spark.createDataFrame([(self.explain(statement.name),)], "plan STRING")
+            return _local_frame(self.spark, [(self.explain(statement.name),)], "plan STRING")
         raise TypeError(statement)
 
     def _message(self, text: str):
-        return self.spark.createDataFrame([(text,)], "result STRING")
+        return _local_frame(self.spark, [(text,)], "result STRING")
 
     def _stats_frame(self, stats: list[dict]):
         rows = [(s["view"], s["status"], json.dumps(s["versions"]), s["rows_written"], float(s["seconds"]))
                 for s in stats]
-        return self.spark.createDataFrame(
-            rows, "view STRING, status STRING, source_versions STRING, rows_written BIGINT, seconds DOUBLE")
+        return _local_frame(
+            self.spark, rows, "view STRING, status STRING, source_versions STRING, rows_written BIGINT, seconds DOUBLE")
 
     # -- names ---------------------------------------------------------------------------------------
     def qualify(self, name: str) -> str:
@@ -635,8 +635,8 @@ class Engine:
                 applied, state = {}, f"error: {exc}"
             rows.append((e.name, sorted(set(e.sources.values())), json.dumps(applied),
                          [m.name for m in e.plan.maps], state))
-        return self.spark.createDataFrame(
-            rows, "name STRING, sources ARRAY<STRING>, source_versions STRING, maps ARRAY<STRING>, state STRING")
+        return _local_frame(
+            self.spark, rows, "name STRING, sources ARRAY<STRING>, source_versions STRING, maps ARRAY<STRING>, state STRING")
 
     def explain(self, name: str) -> str:
         e = self.entry(name, cached=False)
@@ -792,6 +792,23 @@ def _session_settings(spark, settings: dict[str, str]):
                 conf.unset(k)
             else:
                 conf.set(k, v)
+
+
+def _local_frame(spark, rows: list[tuple], schema: str):
+    """A DataFrame of a few rows (a statement's result) with the schema `name TYPE, …`, as a SQL VALUES
+    list: Spark holds it on the driver, where createDataFrame would start Python workers to read it."""
+    columns = [c.strip().split(" ", 1) for c in schema.split(", ")]
+    select = ", ".join(f"CAST(col{i + 1} AS {type_sql}) AS {quote(name)}" for i, (name, type_sql) in enumerate(columns))
+
+    def literal(value) -> str:
+        if isinstance(value, (list, tuple)):
+            return f"array({', '.join(literal(v) for v in value)})"
+        return literal_sql(value)
+
+    if not rows:
+        return spark.sql(f"SELECT {select} FROM VALUES ({', '.join(['NULL'] * len(columns))}) WHERE FALSE")
+    values = ", ".join("(" + ", ".join(literal(v) for v in row) + ")" for row in rows)
+    return spark.sql(f"SELECT {select} FROM VALUES {values}")
 
 
 def _query_schema(spark, sql: str):
