@@ -106,9 +106,10 @@ def _statement(m: MapDecl, relation: str, registry: MapRegistry, policy: Policy,
     if m.maintenance != "incremental":
         return Statement(m.name, m.keys, "+=", d)
     # Decided on a dry run (maps looked up, not declared), so that the form not taken leaves no maps.
-    delta_size = _size(extract_aggregates(d, _look_up(registry)))
+    look_up = _look_up(registry)
+    delta_size = _size(extract_aggregates(d, look_up))
     if policy.reevaluates(delta_size):
-        contents = _contents_after_batch(m, relation, _look_up(registry), _look_up(registry), policy, strict)
+        contents = _contents_after_batch(m, relation, look_up, look_up, policy, strict)
         if contents is not None and _size(contents) < delta_size:
             contents = _contents_after_batch(m, relation, _materializer(registry, policy, m, relation, 1),
                                              _materializer(registry, policy, m, relation, 2), policy, strict)
