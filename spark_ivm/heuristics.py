@@ -63,3 +63,15 @@ def default_depth_plan(plan_at: Callable[[int | None], object]):
     while statement_count(plan) > MAX_TRIGGER_STATEMENTS and depth >= 1:
         plan, depth = plan_at(depth), depth - 1
     return plan
+
+
+# A refresh reads the map store once, into a checkpoint every map reference then scans, when its
+# statements refer to maps at least this many times. Each scan of a Delta table costs its own file
+# listing jobs (about 0.2–0.4 s on 2 cores, whatever the table's size), and the store's files mix all
+# maps, so every reference scans them all anyway: one read and one copy cost less from two references on.
+SHARED_STORE_READ_MIN_REFERENCES = 2
+
+
+def reads_store_once(map_references: int) -> bool:
+    """Whether a refresh whose statements refer to maps `map_references` times reads the store once."""
+    return map_references >= SHARED_STORE_READ_MIN_REFERENCES
