@@ -87,7 +87,7 @@ def test_a_write_tagged_with_a_used_sequence_number_is_skipped(ivm):
     columns = engine._store_columns(store)
     staged = spark.sql(f"SELECT * FROM {store} WHERE map_id >= 0").localCheckpoint()
     staged.createOrReplaceTempView("__again")
-    engine._write(store, columns, "__again", 1)
+    engine._write(store, columns, "__again", 1, "a repeat")
     assert _bag(spark.table("v")) == expected
 
 
@@ -104,3 +104,17 @@ def test_a_cached_entry_of_a_view_replaced_elsewhere_is_read_again(ivm):
     spark.sql("INSERT INTO r VALUES (2, 8)")
     assert spark.sql("REFRESH INCREMENTAL VIEW v").collect()[0]["status"] == "refreshed"
     assert _bag(spark.table("v")) == _bag(spark.sql(other_query))
+
+
+def test_an_engine_sees_a_refresh_made_by_another_after_its_own(ivm):
+    # An engine takes a store's progress from its own last commit while that commit is the store's
+    # latest; once another process has refreshed, it must read the progress that process left.
+    spark = ivm
+    spark.sql("INSERT INTO r VALUES (1, 2)")
+    spark.sql("INSERT INTO s VALUES (1, 5, 1)")
+    spark.sql(f"CREATE INCREMENTAL VIEW v AS {QUERY}")
+    ours, other = spark._spark_ivm_engine, Engine(spark)
+    for round_no, engine in enumerate([ours, ours, other, ours, other]):
+        spark.sql(f"INSERT INTO r VALUES (1, {round_no})")
+        assert engine.refresh("v")["status"] == "refreshed"
+        assert _bag(spark.table("v")) == _bag(spark.sql(QUERY)), f"round {round_no}"

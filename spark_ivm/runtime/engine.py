@@ -90,6 +90,10 @@ class Engine:
         # Catalog entries by qualified name. A refresh checks an entry against the token in its store,
         # which it reads anyway, so a refresh by name costs no read of the catalog.
         self._cache: dict[str, ViewEntry] = {}
+        # Per map store, this engine's last commit to it: its tag, the version it must have, and the
+        # bookkeeping it left. While that commit is the store's latest, a refresh takes its progress from
+        # here: one look at the store's history instead of an aggregate over its rows.
+        self._written: dict[str, tuple[str, int, dict[int, dict[str, int]]]] = {}
 
     # -- dispatch ------------------------------------------------------------------------------------
     def execute(self, statement):
@@ -417,7 +421,7 @@ class Engine:
             udfs.require(self.spark, udfs.plan_functions(entry.plan), view=entry.name)
         store = entries[0].store
         try:
-            progress = self._progress(store)
+            progress, store_version = self._latest_progress(store)
         except Exception:
             if check_tokens:  # e.g. the store was dropped by another process
                 raise _StaleEntry() from None
@@ -425,6 +429,7 @@ class Engine:
         if check_tokens and any(progress.get(e.layout.progress_id, {}).get(ENTRY_TOKEN) != e.token for e in entries):
             raise _StaleEntry()
         sequence = progress.get(SEQUENCE_ID, {}).get(SEQUENCE, 0)
+        run.pin_store(store, store_version)  # the maps are read as of the progress read
         _crash_point("after_progress")
         store_columns = self._store_columns(store)
         run.look_up({t for entry in entries for t in entry.sources.values()})
@@ -445,9 +450,11 @@ class Engine:
         if staged:
             _crash_point("before_write")
             try:
-                written = self._write(store, store_columns, staged, sequence + 1)
+                tag = f"spark_ivm refresh {sequence + 1} {uuid.uuid4().hex}"
+                written = self._write(store, store_columns, staged, sequence + 1, tag)
             except Exception as exc:
                 raise _refresh_failure(work[0].entry, exc) from exc
+            self._written[store] = (tag, store_version + 1, _progress_after(progress, work, sequence + 1))
             _crash_point("after_write")
             for w in work:
                 stats[w.entry.name] = self._stats(w.entry, "refreshed", w.targets, written, started)
@@ -554,14 +561,16 @@ class Engine:
         exact_sum = not entry.layout.map(s.target).value_type.startswith("decimal")
         return statement_sql(s.expr, s.keys, sources, consolidated=not exact_sum)
 
-    def _write(self, store: str, store_columns: StoreColumns, staged_view: str, sequence: int) -> int:
+    def _write(self, store: str, store_columns: StoreColumns, staged_view: str, sequence: int, tag: str) -> int:
         """One commit of all map increments, the new progress and sequence number: an append, or every
-        `spark.ivm.compactEvery`-th refresh an overwrite with the compacted store. Returns the staged rows."""
+        `spark.ivm.compactEvery`-th refresh an overwrite with the compacted store. The commit carries
+        `tag` as its user metadata. Returns the staged rows."""
         settings = {
             # Idempotent write: a second write computed from the same sequence number is skipped by
             # Delta, so a retried or concurrent refresh can never apply the same changes twice.
             "spark.databricks.delta.write.txnAppId": f"spark_ivm:{store}",
             "spark.databricks.delta.write.txnVersion": str(sequence),
+            "spark.databricks.delta.commitInfo.userMetadata": tag,
         }
         compact_every = int(self.spark.conf.get(COMPACT_CONF, str(COMPACT_EVERY)))
         statement = (compact_sql(store, staged_view, store_columns) if compact_every > 0 and sequence % compact_every == 0
@@ -570,9 +579,22 @@ class Engine:
             self.spark.sql(statement)
         return self.spark.table(staged_view).count()
 
+    def _latest_progress(self, store: str) -> tuple[dict[int, dict[str, int]], int]:
+        """The store's bookkeeping (see _progress) and the store version it is of: from this engine's last
+        commit when that is the store's latest and directly follows the version its refresh read (the
+        tag is unique, so a commit skipped as a repeat or made by another process does not match)."""
+        latest = source_tables.latest_commit(self.spark, store)
+        version = int(latest["version"])
+        written = self._written.get(store)
+        if written and (latest["userMetadata"], version) == written[:2]:
+            return {i: dict(p) for i, p in written[2].items()}, version
+        self._written.pop(store, None)
+        return self._progress(f"{store} VERSION AS OF {version}"), version
+
     def _progress(self, store: str) -> dict[int, dict[str, int]]:
         """Bookkeeping id -> {src: latest value}: per view (progress id), the last version applied of each
-        source table and its entry token; the store's sequence number under SEQUENCE_ID."""
+        source table and its entry token; the store's sequence number under SEQUENCE_ID. `store` may be
+        any table expression of the store's rows."""
         progress: dict[int, dict[str, int]] = {}
         for r in self.spark.sql(bookkeeping_sql(store)).collect():
             progress.setdefault(r["map_id"], {})[r["src"]] = r["src_version"]
@@ -686,6 +708,7 @@ class _RefreshRun:
         self.batch_rows: dict[str, int] = {}  # batch view -> its rows
         self.pins: dict[tuple, str] = {}
         self.stores: dict[str, str] = {}  # map store -> checkpoint of the rows its maps are read from
+        self.store_versions: dict[str, int] = {}
         self.schemas: dict[str, list[list[str]] | None] = {}
         self.temporary: list[str] = []
 
@@ -739,11 +762,17 @@ class _RefreshRun:
     def read_store_once(self, table: str, map_ids: list[int]) -> None:
         """From now on, read these maps of the store from one checkpoint of their rows (see heuristics)."""
         self.stores[table] = self.checkpoint(
-            f"SELECT * FROM {self.pinned(table)} WHERE map_id IN ({', '.join(map(str, map_ids))})")
+            f"SELECT * FROM {self.pinned(table, self.store_versions.get(table))} "
+            f"WHERE map_id IN ({', '.join(map(str, map_ids))})")
+
+    def pin_store(self, table: str, version: int) -> None:
+        """Read the maps of this store as of this version."""
+        self.store_versions[table] = version
 
     def store(self, table: str) -> str:
-        """Where the maps of a store are read from: its checkpointed rows, or the store as it is."""
-        return self.stores.get(table) or self.pinned(table)
+        """Where the maps of a store are read from: its checkpointed rows, or the store at its pinned
+        version (as it is, when none is pinned)."""
+        return self.stores.get(table) or self.pinned(table, self.store_versions.get(table))
 
     def pinned(self, table: str, version: int | None = None) -> str:
         """A temporary view of the table as of a version (None: as it is). Every statement that reads the
@@ -862,6 +891,15 @@ def _schema_key(relation: str, qualified: dict[str, str]) -> str:
         if k.lower() == relation.lower() or k.split(".")[-1].lower() == relation.lower():
             return k
     raise UnknownTableError(f"table {relation} is not known")
+
+
+def _progress_after(progress: dict[int, dict[str, int]], work: list["_ViewRefresh"], sequence: int):
+    """The store's bookkeeping once a refresh of `work` with this sequence number is written."""
+    after = {i: dict(p) for i, p in progress.items()}
+    for w in work:
+        after.setdefault(w.entry.layout.progress_id, {}).update(w.targets)
+    after[SEQUENCE_ID] = {SEQUENCE: sequence}
+    return after
 
 
 def _relations_of(entry: ViewEntry, table: str) -> list[str]:

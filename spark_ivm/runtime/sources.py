@@ -45,8 +45,13 @@ def check_delta_source(spark, table: str) -> None:
         spark.sql(f"ALTER TABLE {table} SET TBLPROPERTIES ('delta.enableChangeDataFeed' = 'true')")
 
 
+def latest_commit(spark, table: str):
+    """The table's latest Delta commit: a row of DESCRIBE HISTORY (version, userMetadata, …)."""
+    return spark.sql(f"DESCRIBE HISTORY {table} LIMIT 1").collect()[0]
+
+
 def current_version(spark, table: str) -> int:
-    return int(spark.sql(f"DESCRIBE HISTORY {table} LIMIT 1").collect()[0]["version"])
+    return int(latest_commit(spark, table)["version"])
 
 
 def change_rows_sql(table: str, start: int, end: int, columns) -> str:
