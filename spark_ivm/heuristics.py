@@ -75,3 +75,18 @@ SHARED_STORE_READ_MIN_REFERENCES = 2
 def reads_store_once(map_references: int) -> bool:
     """Whether a refresh whose statements refer to maps `map_references` times reads the store once."""
     return map_references >= SHARED_STORE_READ_MIN_REFERENCES
+
+
+# A checkpoint of a refresh's intermediate rows is read in at most this many partitions when Spark's
+# shuffle partitions setting cannot be read as a number (e.g. "auto"). The rows of a refresh are the
+# size of its batches, not of the data.
+DEFAULT_CHECKPOINT_PARTITIONS = 8
+
+
+def checkpoint_partitions(shuffle_partitions: str | None) -> int:
+    """How many partitions a refresh's checkpointed rows are read in: as many as a shuffle makes, the
+    parallelism the session is set up for."""
+    try:
+        return max(1, int(shuffle_partitions))
+    except (TypeError, ValueError):
+        return DEFAULT_CHECKPOINT_PARTITIONS

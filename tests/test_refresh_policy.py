@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from spark_ivm import compile_view
-from spark_ivm.heuristics import reads_store_once
+from spark_ivm.heuristics import DEFAULT_CHECKPOINT_PARTITIONS, checkpoint_partitions, reads_store_once
 from spark_ivm.runtime.engine import _maps_read
 
 SCHEMAS = {"R": ["A", "B"], "S": ["B", "C"]}
@@ -31,3 +31,11 @@ def test_the_store_is_read_once_from_two_map_references_on():
     assert not reads_store_once(1)
     assert reads_store_once(2)
     assert reads_store_once(40)
+
+
+def test_a_checkpoint_is_read_in_as_many_partitions_as_a_shuffle_makes():
+    assert checkpoint_partitions("2") == 2
+    assert checkpoint_partitions("200") == 200
+    assert checkpoint_partitions("0") == 1
+    assert checkpoint_partitions("auto") == DEFAULT_CHECKPOINT_PARTITIONS
+    assert checkpoint_partitions(None) == DEFAULT_CHECKPOINT_PARTITIONS

@@ -10,6 +10,7 @@ import datetime
 import math
 import random
 import re
+import uuid
 from decimal import Decimal
 
 import pytest
@@ -66,6 +67,7 @@ class DuckDatabase:
         # Spark's division (NULL when dividing by zero), the only corpus function DuckDB spells otherwise.
         self.con.execute("CREATE MACRO try_divide(a, b) AS CASE WHEN b = 0 THEN NULL ELSE CAST(a AS DOUBLE) / b END")
         self._tables: dict[str, tuple] = {}  # name -> (rows, Arrow table DuckDB reads in place)
+        self.stages: list[tuple[str, str]] = []  # (name, DuckDB SELECT) of the stages of statements made
 
     def load(self, db: Database, plan) -> None:
         for name in self.schemas:
@@ -86,13 +88,22 @@ class DuckDatabase:
         self._tables[name] = (key, table)  # DuckDB reads the Arrow table in place: keep it alive
         self.con.register(name, table)
 
-    def sources(self, plan) -> Sources:
+    def sources(self, plan, stages_apart: bool = False) -> Sources:
+        """stages_apart: each stage is a table of its rows, computed before the statement that reads it,
+        as the runtime's checkpoints are (see run)."""
         keys = {m.name: m.keys for m in plan.maps}
         return Sources(relation=lambda r: quote(f"rel_{r}"), delta=lambda r: quote(f"delta_{r}"),
                        map=lambda m: quote(f"map_{m}"), columns=lambda r: self.schemas[r],
-                       map_keys=lambda m: keys[m])
+                       map_keys=lambda m: keys[m], stage=self._stage_table if stages_apart else None)
 
-    def run(self, duck_sql: str, keys) -> dict:
+    def _stage_table(self, sql: str) -> str:
+        name = f"stage_{uuid.uuid4().hex[:12]}"
+        self.stages.append((name, to_duckdb(sql)))  # computed by run, before the statement reading it
+        return name
+
+    def run(self, duck_sql: str, keys, stages=()) -> dict:
+        for name, sql in stages:
+            self.con.execute(f"CREATE OR REPLACE TABLE {name} AS {sql}")
         rows = self.con.execute(duck_sql).fetchall()
         return {tuple(r[: len(keys)]): r[len(keys)] for r in rows}
 
@@ -149,20 +160,23 @@ def expressions(plan):
 class Checker:
     """Runs one plan's expressions in DuckDB (each transpiled once) and compares with the evaluator."""
 
-    def __init__(self, plan, duck: DuckDatabase):
+    def __init__(self, plan, duck: DuckDatabase, stages_apart: bool = False):
         self.plan, self.duck = plan, duck
-        sources = duck.sources(plan)
-        self.compiled = [(label, e, keys, when, to_duckdb(statement_sql(e, keys, sources)))
-                         for label, e, keys, when in expressions(plan)]
+        sources = duck.sources(plan, stages_apart)
+        self.compiled = []  # (label, expression, keys, when, DuckDB SQL, the stages it reads)
+        for label, e, keys, when in expressions(plan):
+            duck.stages = []
+            sql = to_duckdb(statement_sql(e, keys, sources))
+            self.compiled.append((label, e, keys, when, sql, duck.stages))
 
     def check(self, db: Database, when: str, relation: str | None = None) -> list[str]:
         self.duck.load(db, self.plan)
         failures = []
-        for label, e, keys, kind, sql in self.compiled:
+        for label, e, keys, kind, sql, stages in self.compiled:
             if kind != when or (relation is not None and not label.startswith(f"ON {relation} ")):
                 continue
             want = evaluate_map(e, keys, db)
-            got = self.duck.run(sql, keys)
+            got = self.duck.run(sql, keys, stages)
             if not same(got, want):
                 failures.append(f"{label}\n  sql  {sorted(got.items(), key=repr)}\n  eval {sorted(want.items(), key=repr)}")
         return failures
@@ -209,13 +223,14 @@ def corpus_scenario(rng: random.Random):
     return relations, batches
 
 
-@pytest.mark.parametrize("sql", QUERIES + NESTED_QUERIES)
-def test_generated_sql_equals_the_reference_evaluator(sql):
+@pytest.mark.parametrize("sql, stages_apart", [(q, False) for q in QUERIES + NESTED_QUERIES]
+                         + [pytest.param(q, True, id=f"{q} [stages apart]") for q in NESTED_QUERIES])
+def test_generated_sql_equals_the_reference_evaluator(sql, stages_apart):
     duck = DuckDatabase(SCHEMAS)
     failures = []
     for depth in DEPTHS:
         plan = compile_view(sql, SCHEMAS, depth=depth)
-        checker = Checker(plan, duck)
+        checker = Checker(plan, duck, stages_apart)
         rng = random.Random(f"{sql}-{depth}")
         for _ in range(SCENARIOS):
             failures += [f"depth {depth}: {f}" for f in run_scenario(plan, checker, *corpus_scenario(rng))]

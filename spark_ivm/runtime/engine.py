@@ -27,7 +27,7 @@ from spark_ivm.errors import (
     InvalidQueryError, IVMError, ParseError, RefreshError, UnknownTableError, UnknownViewError, UnsupportedQueryError, ViewExistsError,
 )
 from spark_ivm.analysis import map_names
-from spark_ivm.heuristics import default_depth_plan, reads_store_once
+from spark_ivm.heuristics import checkpoint_partitions, default_depth_plan, reads_store_once
 from spark_ivm.plan import Plan
 from spark_ivm.runtime import sources as source_tables
 from spark_ivm.runtime.mapstore import (
@@ -388,6 +388,7 @@ class Engine:
             map=map_sql,
             columns=lambda rel: [c for c, _ in source_columns[relation_tables[rel]]],
             map_keys=lambda map_name: layout.map(map_name).keys,
+            stage=run.checkpoint,
         )
 
     # -- REFRESH -------------------------------------------------------------------------------------
@@ -757,7 +758,15 @@ class _RefreshRun:
         """A temporary view of the query's rows, computed once now."""
         # Checkpointed, not cached: cached blocks can be evicted and recomputed, a checkpoint is the rows
         # as computed once.
-        return self._register(self.spark.sql(sql).localCheckpoint())
+        return self._register(self._few_partitions(self.spark.sql(sql).localCheckpoint()))
+
+    def _few_partitions(self, checkpointed):
+        """The checkpointed rows read in at most checkpoint_partitions partitions. A UNION ALL has every
+        input's partitions (and a Delta read one per file), so a checkpoint of the many small statements
+        of a refresh has hundreds of tiny ones: each later read would run a task per partition, and the
+        store's append write a file per partition. Coalescing after the checkpoint keeps its
+        computation parallel (and a coalesce to more partitions than there are changes nothing)."""
+        return checkpointed.coalesce(checkpoint_partitions(self.spark.conf.get("spark.sql.shuffle.partitions", None)))
 
     def read_store_once(self, table: str, map_ids: list[int]) -> None:
         """From now on, read these maps of the store from one checkpoint of their rows (see heuristics)."""
@@ -789,7 +798,8 @@ class _RefreshRun:
         """A temporary view of the consolidated changes of the table's versions start..end."""
         key = (table, start, end)
         if key not in self.batches:
-            rows = self.spark.sql(source_tables.change_rows_sql(table, start, end, columns)).localCheckpoint()
+            rows = self._few_partitions(
+                self.spark.sql(source_tables.change_rows_sql(table, start, end, columns)).localCheckpoint())
             size = rows.count()
             if 0 < size <= BROADCAST_BATCH_ROWS:
                 # A batch is small next to the maps it joins: copy it to every task instead of shuffling

@@ -16,6 +16,13 @@ distinct bindings a domain the sub-expression's SELECT starts from, and the resu
 domain's variables, joins back NULL-safely. A lift joins it with LEFT JOIN and COALESCE(…, 0): a
 binding without rows is the value 0 in the calculus. A statement with stages is
 `SELECT * FROM (WITH stage1 AS (…), … SELECT …)`, so it can stand wherever a SELECT can.
+
+Spark inlines every deterministic CTE at each of its uses, and a stage is read by the next stage, by
+its domain and by the sub-expression's SELECT: a chain of stages is computed again at every level, and
+a statement with a few correlated parts spends seconds to minutes on a batch of a few rows. So the
+runtime gives `Sources.stage`, which computes a stage's rows once (a checkpoint) before the statement
+that reads them is made; the statement then reads the stage by name, and each domain is a DISTINCT
+subquery over it.
 """
 
 from __future__ import annotations
@@ -52,6 +59,9 @@ class Sources:
     map: Callable[[str], str]
     columns: Callable[[str], Sequence[str]]
     map_keys: Callable[[str], Sequence[str]]
+    # stage(SELECT): the name of a table holding the SELECT's rows, computed once now; None: the stages
+    # are CTEs of the statement (see the module doc).
+    stage: Callable[[str], str] | None = None
 
 
 def quote(name: str) -> str:
@@ -150,6 +160,8 @@ class SqlGen:
         return f"t{self._aliases}"
 
     def _stage(self, sql: str) -> str:
+        if self.sources.stage is not None:
+            return self.sources.stage(sql)
         name = f"stage{len(self._stages) + 1}"
         self._stages.append((name, sql))
         return name
@@ -270,8 +282,9 @@ class SqlGen:
         scope.sources = [f"FROM {stage} AS {alias}"]
         scope.conditions = []
         scope.weights = [f"{alias}.{VALUE}"]
-        cols = ", ".join(quote(n) for n in names)
-        return _Domain(self._stage(f"SELECT DISTINCT {cols} FROM {stage}"), tuple(names))
+        distinct = f"SELECT DISTINCT {', '.join(quote(n) for n in names)} FROM {stage}"
+        # Over a computed stage, a domain costs one aggregation wherever it is read: not worth computing apart.
+        return _Domain(f"({distinct})" if self.sources.stage else self._stage(distinct), tuple(names))
 
     def _nested_value(self, e: Expr, scope: _Scope) -> str:
         """The SQL value of a nested aggregate for each row of the scope (0 where it has no rows)."""
