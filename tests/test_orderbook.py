@@ -119,8 +119,8 @@ class OrderBookDuckDatabase(DuckDatabase):
     """Maps of products of volumes and prices hold decimals of more than 18 digits: give them 38.
     Spark's decimal literals (`0.25BD`) are DuckDB's plain ones."""
 
-    def run(self, duck_sql: str, keys) -> dict:
-        return super().run(DECIMAL_LITERAL.sub(r"\1", duck_sql), keys)
+    def run(self, duck_sql: str, keys, stages=()) -> dict:
+        return super().run(DECIMAL_LITERAL.sub(r"\1", duck_sql), keys, stages)
 
     def _register(self, name: str, columns, rows, types=None) -> None:
         if types is None:
