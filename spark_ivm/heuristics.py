@@ -77,6 +77,19 @@ def reads_store_once(map_references: int) -> bool:
     return map_references >= SHARED_STORE_READ_MIN_REFERENCES
 
 
+# For the same reason, creating a view reads a source table once, into a checkpoint its maps' queries
+# then scan, when they refer to it at least twice (a view with three maps over a three-table join: 9
+# scans, 8–11 s on 2 cores). Only up to this size on disk: the checkpoint is a copy of the table in the
+# executors' memory and disk, and from some size on one more scan costs less than a copy.
+SHARED_SOURCE_READ_MAX_BYTES = 32 * 1024 * 1024
+
+
+def reads_source_once(references: int, size_bytes: int) -> bool:
+    """Whether creating a view whose maps refer `references` times to a source table of `size_bytes`
+    reads it once."""
+    return references >= SHARED_STORE_READ_MIN_REFERENCES and size_bytes <= SHARED_SOURCE_READ_MAX_BYTES
+
+
 # A checkpoint of a refresh's intermediate rows is read in at most this many partitions when Spark's
 # shuffle partitions setting cannot be read as a number (e.g. "auto"). The rows of a refresh are the
 # size of its batches, not of the data.

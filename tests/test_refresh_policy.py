@@ -1,9 +1,12 @@
-"""Which maps a refresh reads, and when it reads the map store once for all of them (pure Python)."""
+"""What a refresh reads and how: the maps its statements read, when it reads the map store (or CREATE a
+source table) once for all references, and how its checkpoints are partitioned (pure Python)."""
 
 from __future__ import annotations
 
 from spark_ivm import compile_view
-from spark_ivm.heuristics import DEFAULT_CHECKPOINT_PARTITIONS, checkpoint_partitions, reads_store_once
+from spark_ivm.heuristics import (
+    DEFAULT_CHECKPOINT_PARTITIONS, SHARED_SOURCE_READ_MAX_BYTES, checkpoint_partitions, reads_source_once, reads_store_once,
+)
 from spark_ivm.runtime.engine import _maps_read
 
 SCHEMAS = {"R": ["A", "B"], "S": ["B", "C"]}
@@ -39,3 +42,10 @@ def test_a_checkpoint_is_read_in_as_many_partitions_as_a_shuffle_makes():
     assert checkpoint_partitions("0") == 1
     assert checkpoint_partitions("auto") == DEFAULT_CHECKPOINT_PARTITIONS
     assert checkpoint_partitions(None) == DEFAULT_CHECKPOINT_PARTITIONS
+
+
+def test_creating_a_view_reads_a_small_source_once_when_its_maps_refer_to_it_twice():
+    assert not reads_source_once(1, 1000)
+    assert reads_source_once(2, 1000)
+    assert reads_source_once(9, SHARED_SOURCE_READ_MAX_BYTES)
+    assert not reads_source_once(9, SHARED_SOURCE_READ_MAX_BYTES + 1)

@@ -16,6 +16,7 @@ import pickle
 import re
 import time
 import uuid
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -27,7 +28,8 @@ from spark_ivm.errors import (
     InvalidQueryError, IVMError, ParseError, RefreshError, UnknownTableError, UnknownViewError, UnsupportedQueryError, ViewExistsError,
 )
 from spark_ivm.analysis import map_names
-from spark_ivm.heuristics import checkpoint_partitions, default_depth_plan, reads_store_once
+from spark_ivm.calculus import Rel
+from spark_ivm.heuristics import checkpoint_partitions, default_depth_plan, reads_source_once, reads_store_once
 from spark_ivm.plan import Plan
 from spark_ivm.runtime import sources as source_tables
 from spark_ivm.runtime.mapstore import (
@@ -254,11 +256,12 @@ class Engine:
         relation_tables = {r: qualified[_schema_key(r, qualified)] for r in query.relations}
         source_list = sorted(set(relation_tables.values()))
 
-        def checked_version(table: str) -> int:
-            source_tables.check_delta_source(self.spark, table)  # may turn the feed on: a new version
-            return source_tables.current_version(self.spark, table)
+        def checked_version(table: str) -> tuple[int, int]:
+            size = source_tables.check_delta_source(self.spark, table)  # may turn the feed on: a new version
+            return source_tables.current_version(self.spark, table), size
 
-        versions = dict(zip(source_list, _parallel(self.spark, checked_version, source_list)))
+        looked_up = dict(zip(source_list, _parallel(self.spark, checked_version, source_list)))
+        versions = {t: version for t, (version, _) in looked_up.items()}
         output_types = [[f.name, f.dataType.simpleString()] for f in _query_schema(self.spark, positioned_sql)]
         names = [n.lower() for n, _ in output_types]
         repeated = sorted({n for n in names if names.count(n) > 1})
@@ -269,6 +272,11 @@ class Engine:
         source_columns = {t: fields[t] for t in source_list}
 
         with _RefreshRun(self.spark) as run:
+            references = Counter(relation_tables[a.name] for m in plan.maps for a in m.definition.walk()
+                                 if isinstance(a, Rel))
+            for table, (version, size) in looked_up.items():
+                if reads_source_once(references[table], size):
+                    run.read_source_once(table, version)
             return self._build_store(name, sql, options, store, plan, relation_tables, source_columns,
                                      output_types, versions, run, entries)
 
@@ -773,6 +781,11 @@ class _RefreshRun:
         self.stores[table] = self.checkpoint(
             f"SELECT * FROM {self.pinned(table, self.store_versions.get(table))} "
             f"WHERE map_id IN ({', '.join(map(str, map_ids))})")
+
+    def read_source_once(self, table: str, version: int) -> None:
+        """From now on, read this table's version from one checkpoint of its rows (see heuristics)."""
+        rows = self.checkpoint(f"SELECT * FROM {self.pinned(table, version)}")
+        self.pins[(table, version)] = rows
 
     def pin_store(self, table: str, version: int) -> None:
         """Read the maps of this store as of this version."""

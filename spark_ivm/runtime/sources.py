@@ -32,8 +32,9 @@ def referenced_tables(sql: str) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-def check_delta_source(spark, table: str) -> None:
-    """A source must be a Delta table with the change data feed on; turn the feed on if it is off."""
+def check_delta_source(spark, table: str) -> int:
+    """A source must be a Delta table with the change data feed on; turn the feed on if it is off.
+    The table's size in bytes (of its current files)."""
     detail = spark.sql(f"DESCRIBE DETAIL {table}").collect()[0]
     if (detail["format"] or "").lower() != "delta":
         raise SourceError(f"source table {table} is not a Delta table (format {detail['format']}); "
@@ -43,6 +44,7 @@ def check_delta_source(spark, table: str) -> None:
         log.warning("enabling the change data feed on source table %s", table)
         print(f"spark_ivm: enabling the change data feed on source table {table}")
         spark.sql(f"ALTER TABLE {table} SET TBLPROPERTIES ('delta.enableChangeDataFeed' = 'true')")
+    return int(detail["sizeInBytes"] or 0)
 
 
 def latest_commit(spark, table: str):
