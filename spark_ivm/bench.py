@@ -219,7 +219,9 @@ def tables_needed(queries: list[str]) -> list[str]:
     return [t for t in tpch.TABLES if t in needed]
 
 
-def run_scale(spark, scale: float, queries: list[str], args, progress, task) -> tuple[dict, list[dict]]:
+def run_scale(spark, scale: float, queries: list[str], args, progress, task, data: dict, saved) -> None:
+    """Load one scale factor and run every query on it, adding to `data` and calling `saved()` after
+    each query."""
     database = database_name(scale)
     data_dir = Path(args.cache) / f"sf{report.fmt_scale(scale)}"
     progress.update(task, description=f"SF {scale:g}: generating (cached in {data_dir.name}) and loading TPC-H")
@@ -229,29 +231,33 @@ def run_scale(spark, scale: float, queries: list[str], args, progress, task) -> 
     spark.sql(f"USE {database}")
     info = {"scale": scale, "load_s": time.perf_counter() - started, "rows": counts,
             "batch": {"orders": counts.get("orders_pending", 0), "lineitem": counts.get("lineitem_pending", 0)}}
+    data["scales"].append(info)
     progress.console.print(f"SF {scale:g}: loaded {counts.get('lineitem', 0):,} lineitems in "
                            f"{info['load_s']:.1f}s; batch of {info['batch']['orders']:,} orders and "
                            f"{info['batch']['lineitem']:,} lineitems")
-    results = []
+
+    def record(result: dict) -> None:
+        data["results"].append(result)
+        saved()
+
     if info["batch"]["orders"] == 0:
         reason = f"--batch-fraction {args.batch_fraction} holds back no order at SF {scale:g}"
         progress.console.print(f"[bold red]SF {scale:g}: {reason}[/]")
         for name in queries:
-            results.append({"query": name, "scale": scale, "status": report.FAILED, "reason": reason, "rounds": []})
+            record({"query": name, "scale": scale, "status": report.FAILED, "reason": reason, "rounds": []})
             progress.advance(task)
-        return info, results
+        return
     for name in queries:
         def step(text: str, name=name) -> None:
             progress.update(task, description=f"SF {scale:g} {name}: {text}")
 
         result = run_query(spark, database, scale, name, args.rounds, step, keep=args.keep)
-        results.append(result)
+        record(result)
         progress.console.print(describe(result))
         progress.advance(task)
     if not args.keep:
         spark.sql("USE default")
         spark.sql(f"DROP DATABASE IF EXISTS {database} CASCADE")
-    return info, results
 
 
 def describe(result: dict) -> str:
@@ -307,13 +313,22 @@ def _version(package: str) -> str | None:
         return None
 
 
-def finish(data: dict, out: Path, stamp: str) -> tuple[Path, Path, list[Path]]:
-    """Aggregate, then write the JSON, the Markdown and the charts."""
+def save(data: dict, out: Path, stamp: str) -> Path:
+    """Aggregate and write the JSON (also after every query, so a long run stopped half way keeps what
+    it measured: `--report` makes the Markdown and charts from it)."""
     data["summary"] = [report.summarize(r) for r in data["results"]]
     data["growth"] = report.growth(data["summary"])
     out.mkdir(parents=True, exist_ok=True)
     json_path = out / f"{stamp}.json"
-    json_path.write_text(json.dumps(data, indent=1, default=str) + "\n")
+    partial = json_path.with_suffix(".json.partial")
+    partial.write_text(json.dumps(data, indent=1, default=str) + "\n")
+    partial.replace(json_path)  # never a half-written results file
+    return json_path
+
+
+def finish(data: dict, out: Path, stamp: str) -> tuple[Path, Path, list[Path]]:
+    """Write the JSON, the Markdown and the charts."""
+    json_path = save(data, out, stamp)
     md_path = out / f"{stamp}.md"
     md_path.write_text(report.markdown(data))
     return json_path, md_path, report.charts(data, out / stamp)
@@ -342,9 +357,13 @@ def run(args) -> int:
             spark = spark_ivm.session(warehouse=str(Path(warehouse).resolve()), log_level="ERROR")
             data["machine"] = machine(spark)
             for scale in scales:
-                info, results = run_scale(spark, scale, queries, args, progress, task)
-                data["scales"].append(info)
-                data["results"].extend(results)
+                run_scale(spark, scale, queries, args, progress, task, data,
+                          saved=lambda: save(data, Path(args.out), stamp))
+    except BaseException as exc:  # Ctrl-C or a failure outside one query: report what was measured
+        data["interrupted"] = one_line(exc) if str(exc) else type(exc).__name__
+        console.print(f"[bold red]stopped: {escape(data['interrupted'])}[/]")
+        if not data["results"]:
+            raise
     finally:
         if spark is not None:
             spark.stop()
@@ -362,12 +381,13 @@ def publish(data: dict, out: Path, stamp: str) -> int:
     console.print(md_path.read_text(), markup=False)
     console.print(f"results: {json_path}, {md_path}" + "".join(f", {p}" for p in pngs))
     bad = report.failures(data["results"])
+    if data.get("interrupted"):
+        console.print(f"[bold red]the run stopped before its end: {escape(data['interrupted'])}[/]")
     if bad:
         console.print(f"[bold red]{len(bad)} query run(s) failed or disagreed with the query:[/]")
         for r in bad:
             console.print(f"[bold red]  {r['query']} at SF {r['scale']:g}: {r['status']}: {escape(r['reason'] or '')}[/]")
-        return 1
-    return 0
+    return 1 if bad or data.get("interrupted") else 0
 
 
 def rereport(path: str, out: str | None) -> int:

@@ -220,6 +220,8 @@ def markdown(report: dict) -> str:
             lines.append(f"- SF {fmt_scale(scale['scale'])}: batch of {batch.get('orders', 0):,} orders and "
                          f"{batch.get('lineitem', 0):,} lineitems; loaded in {fmt_seconds(scale.get('load_s'))} s")
     lines += machine_lines(report.get("machine", {}))
+    if report.get("interrupted"):
+        lines.append(f"- **stopped before its end** ({report['interrupted']}): the results so far")
     lines += [
         "",
         "Times are medians over all refreshes (after inserts and after deletes), wall-clock seconds. "

@@ -149,6 +149,20 @@ def test_markdown_report():
         next(i for i, line in enumerate(lines) if line.startswith("| q6 |"))
 
 
+def test_a_stopped_run_keeps_and_says_what_it_measured(tmp_path):
+    from spark_ivm.bench import save
+
+    data = sample_report()
+    del data["summary"], data["growth"]
+    data["results"] = data["results"][:2]
+    path = save(data, tmp_path, "run")
+    assert [f.name for f in tmp_path.iterdir()] == ["run.json"]  # written whole: no partial file left
+    assert [r["query"] for r in json.loads(path.read_text())["results"]] == ["q1", "q1"]
+    assert "stopped before its end" not in report.markdown(data)
+    data["interrupted"] = "KeyboardInterrupt"
+    assert "- **stopped before its end** (KeyboardInterrupt): the results so far" in report.markdown(data)
+
+
 def test_charts_are_written(tmp_path):
     files = report.charts(sample_report(), tmp_path / "run")
     assert [f.name for f in files] == ["run-refresh_vs_recompute.png", "run-scaling.png"]
