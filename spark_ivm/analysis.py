@@ -170,6 +170,29 @@ def schedule(factors, bound=()) -> list[Expr]:
     return ordered
 
 
+def join_order(factors, bound=()) -> list[Expr]:
+    """A valid order (see `schedule`) for evaluating a product as joins: batches first, as they drive the
+    joins; then each time the first factor whose inputs are bound that does not bind variables apart from
+    all bound so far, unless none does. Delta rules put a batch next to the factors of the term it
+    replaced, not next to those it shares variables with: ΔL(o, c) * M1[c, name] * M2[o] taken as written
+    joins the batch with all of M1 before M2 narrows it down (TPC-H Q10: the batch times every customer)."""
+    remaining = sorted(factors, key=lambda f: not isinstance(f, DeltaRel))
+    known = set(bound)
+    ordered: list[Expr] = []
+    while remaining:
+        ready = [i for i, f in enumerate(remaining) if set(ivars(f)) <= known]
+
+        def apart(f: Expr) -> bool:  # a cross join with what is bound
+            outs = set(ovars(f))
+            return bool(known) and bool(outs - known) and not (outs & known)
+
+        pick = next((i for i in ready if not apart(remaining[i])), ready[0] if ready else 0)
+        f = remaining.pop(pick)
+        ordered.append(f)
+        known.update(ovars(f))
+    return ordered
+
+
 def factors_of(e: Expr) -> tuple[Expr, ...]:
     return e.factors if isinstance(e, Prod) else (e,)
 

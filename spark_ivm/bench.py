@@ -106,7 +106,8 @@ def refresh(spark, view: str, store: str) -> dict:
         stats = spark.sql(f"REFRESH INCREMENTAL VIEW {view}").collect()
     return {"refresh_s": m.seconds, "refresh_jobs": m.jobs, "commits": store_version(spark, store) - before,
             "rows_written": int(stats[0]["rows_written"] or 0) if stats else 0,
-            "refresh_status": stats[0]["status"] if stats else None}
+            "refresh_status": stats[0]["status"] if stats else None,
+            "steps": json.loads(stats[0]["steps"]) if stats else {}}
 
 
 def refresh_and_check(spark, query: tpch.Query, view: str, store: str) -> dict:

@@ -149,6 +149,47 @@ def test_markdown_report():
         next(i for i, line in enumerate(lines) if line.startswith("| q6 |"))
 
 
+def test_steps_are_medians_per_step_with_reading_the_view():
+    rounds = [{**round_(1, "insert", 2.0, 0.5, 9.0), "steps": {"progress": 0.2, "write": 1.0}},
+              {**round_(1, "delete", 2.0, 0.7, 9.0), "steps": {"progress": 0.4, "write": 0.6, "batches": 0.3}},
+              {**round_(2, "insert", 2.0, 0.9, 9.0), "steps": {"progress": 0.3, "write": 0.8}}]
+    steps = report.summarize(result("q6", 1, rounds))["steps"]
+    assert list(steps) == ["progress", "write", "batches", "read the view"]
+    assert steps["progress"] == pytest.approx(0.3)
+    assert steps["write"] == pytest.approx(0.8)
+    assert steps["batches"] == 0  # a step a round did not report took no time in it
+    assert steps["read the view"] == pytest.approx(0.7)
+
+
+def test_targets_say_which_hold_which_do_not_and_what_was_not_measured():
+    summaries = [report.summarize(r) for r in [
+        result("q1", 0.1, [round_(1, "insert", 0.6, 0.2, 5.0)]),
+        result("q1", 1, [round_(1, "insert", 0.6, 0.2, 9.0)], nochange_refresh_s=0.4),  # 0.8 s, 11.25x
+        result("q6", 0.1, [round_(1, "insert", 1.0, 0.5, 1.0)]),
+        result("q6", 1, [round_(1, "insert", 2.0, 1.0, 2.0, commits=2)]),  # 3 s: 2x the small scale
+    ]]
+    checks = report.target_checks(summaries, report.growth(summaries))
+    by = {(c["target"], c["query"]): c for c in checks}
+    flat = "refresh+read grows at most 1.2x from SF 0.1 to SF 1"
+    assert by[(flat, "q1")]["holds"] is True and by[(flat, "q1")]["value"] == pytest.approx(1.0)
+    assert by[(flat, "q6")]["holds"] is False and by[(flat, "q6")]["value"] == pytest.approx(2.0)
+    assert by[(flat, "q3")]["holds"] is None  # not in the run
+    assert by[("refresh+read at most 1 s at SF 1", "q1")]["holds"] is True
+    assert by[("refresh+read at most 1 s at SF 1", "q6")]["holds"] is False
+    assert by[("one commit per refresh at SF 1", "q6")]["holds"] is False
+    assert by[("a refresh with no changes at most 0.5 s at SF 1", "q1")]["holds"] is True
+    assert by[("at least 10x faster than recompute at SF 1", "q1")]["holds"] is True
+    assert by[("faster than recompute at SF 1", "q6")]["holds"] is False  # 2 s against 3 s
+    table = report.targets_table(checks)
+    assert "| refresh+read at most 1 s at SF 1 | q1 (0.80 s) | q6 (3.00 s) | - |" in table
+    assert "| at least 3x faster than recompute at SF 1 | - | - | q3, q10 |" in table
+
+
+def test_a_report_without_the_target_scales_lists_no_targets():
+    text = report.markdown(sample_report())  # SF 0.01 and 0.1 only
+    assert "Targets" not in text
+
+
 def test_a_stopped_run_keeps_and_says_what_it_measured(tmp_path):
     from spark_ivm.bench import save
 

@@ -119,10 +119,12 @@ class Engine:
         return _local_frame(self.spark, [(text,)], "result STRING")
 
     def _stats_frame(self, stats: list[dict]):
-        rows = [(s["view"], s["status"], json.dumps(s["versions"]), s["rows_written"], float(s["seconds"]))
+        rows = [(s["view"], s["status"], json.dumps(s["versions"]), s["rows_written"], float(s["seconds"]),
+                 json.dumps(s.get("steps", {})))
                 for s in stats]
         return _local_frame(
-            self.spark, rows, "view STRING, status STRING, source_versions STRING, rows_written BIGINT, seconds DOUBLE")
+            self.spark, rows,
+            "view STRING, status STRING, source_versions STRING, rows_written BIGINT, seconds DOUBLE, steps STRING")
 
     # -- names ---------------------------------------------------------------------------------------
     def qualify(self, name: str) -> str:
@@ -396,7 +398,8 @@ class Engine:
             map=map_sql,
             columns=lambda rel: [c for c, _ in source_columns[relation_tables[rel]]],
             map_keys=lambda map_name: layout.map(map_name).keys,
-            stage=run.checkpoint,
+            stage=lambda sql: run.checkpoint(sql, step="stages"),
+            drives=lambda rel: 0 < run.batch_rows.get(deltas.get(rel), 0) <= BROADCAST_BATCH_ROWS,
         )
 
     # -- REFRESH -------------------------------------------------------------------------------------
@@ -426,11 +429,13 @@ class Engine:
 
         check_tokens: the entries come from the cache; raise _StaleEntry if the store disagrees."""
         started = time.perf_counter()
+        run.steps = {}
         for entry in entries:
             udfs.require(self.spark, udfs.plan_functions(entry.plan), view=entry.name)
         store = entries[0].store
         try:
-            progress, store_version = self._latest_progress(store)
+            with run.timed("progress"):
+                progress, store_version = self._latest_progress(store)
         except Exception:
             if check_tokens:  # e.g. the store was dropped by another process
                 raise _StaleEntry() from None
@@ -440,8 +445,9 @@ class Engine:
         sequence = progress.get(SEQUENCE_ID, {}).get(SEQUENCE, 0)
         run.pin_store(store, store_version)  # the maps are read as of the progress read
         _crash_point("after_progress")
-        store_columns = self._store_columns(store)
-        run.look_up({t for entry in entries for t in entry.sources.values()})
+        with run.timed("look-ups"):
+            store_columns = self._store_columns(store)
+            run.look_up({t for entry in entries for t in entry.sources.values()})
         stats: dict[str, dict] = {}
         work: list[_ViewRefresh] = []
         for entry in entries:
@@ -460,13 +466,17 @@ class Engine:
             _crash_point("before_write")
             try:
                 tag = f"spark_ivm refresh {sequence + 1} {uuid.uuid4().hex}"
-                written = self._write(store, store_columns, staged, sequence + 1, tag)
+                with run.timed("write"):
+                    written = self._write(store, store_columns, staged, sequence + 1, tag)
             except Exception as exc:
                 raise _refresh_failure(work[0].entry, exc) from exc
             self._written[store] = (tag, store_version + 1, _progress_after(progress, work, sequence + 1))
             _crash_point("after_write")
             for w in work:
                 stats[w.entry.name] = self._stats(w.entry, "refreshed", w.targets, written, started)
+        steps = run.step_seconds(time.perf_counter() - started)
+        for s in stats.values():
+            s["steps"] = steps
         return [stats[e.name] for e in entries]
 
     def _staged(self, work: list["_ViewRefresh"], sequence: int, store_columns: StoreColumns,
@@ -547,7 +557,7 @@ class Engine:
         """One checkpointed temporary view of the UNION ALL of the views' parts. If Spark fails, each
         part is tried alone, so that the error names the view that caused it."""
         try:
-            return run.checkpoint(" UNION ALL ".join(sql for _, sql in parts))
+            return run.checkpoint(" UNION ALL ".join(sql for _, sql in parts), step="triggers")
         except Exception as exc:
             if len(parts) > 1:
                 for entry, sql in parts:
@@ -720,6 +730,23 @@ class _RefreshRun:
         self.store_versions: dict[str, int] = {}
         self.schemas: dict[str, list[list[str]] | None] = {}
         self.temporary: list[str] = []
+        self.steps: dict[str, float] = {}  # seconds spent in each step of the refresh of a store
+
+    @contextlib.contextmanager
+    def timed(self, step: str):
+        """Add the block's wall-clock seconds to `step`."""
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.steps[step] = self.steps.get(step, 0.0) + time.perf_counter() - started
+
+    def step_seconds(self, total: float) -> dict[str, float]:
+        """Seconds per step, rounded to milliseconds; "other" is the rest of `total` (making the statements'
+        SQL, Spark's analysis outside the timed steps, the commit's bookkeeping)."""
+        steps = {step: round(s, 3) for step, s in self.steps.items()}
+        steps["other"] = round(max(0.0, total - sum(self.steps.values())), 3)
+        return steps
 
     def __enter__(self) -> "_RefreshRun":
         return self
@@ -762,11 +789,12 @@ class _RefreshRun:
         self.temporary.append(name)
         return name
 
-    def checkpoint(self, sql: str) -> str:
-        """A temporary view of the query's rows, computed once now."""
+    def checkpoint(self, sql: str, step: str = "checkpoints") -> str:
+        """A temporary view of the query's rows, computed once now (its time counted to `step`)."""
         # Checkpointed, not cached: cached blocks can be evicted and recomputed, a checkpoint is the rows
         # as computed once.
-        return self._register(self._few_partitions(self.spark.sql(sql).localCheckpoint()))
+        with self.timed(step):
+            return self._register(self._few_partitions(self.spark.sql(sql).localCheckpoint()))
 
     def _few_partitions(self, checkpointed):
         """The checkpointed rows read in at most checkpoint_partitions partitions. A UNION ALL has every
@@ -780,11 +808,11 @@ class _RefreshRun:
         """From now on, read these maps of the store from one checkpoint of their rows (see heuristics)."""
         self.stores[table] = self.checkpoint(
             f"SELECT * FROM {self.pinned(table, self.store_versions.get(table))} "
-            f"WHERE map_id IN ({', '.join(map(str, map_ids))})")
+            f"WHERE map_id IN ({', '.join(map(str, map_ids))})", step="store read")
 
     def read_source_once(self, table: str, version: int) -> None:
         """From now on, read this table's version from one checkpoint of its rows (see heuristics)."""
-        rows = self.checkpoint(f"SELECT * FROM {self.pinned(table, version)}")
+        rows = self.checkpoint(f"SELECT * FROM {self.pinned(table, version)}", step="source reads")
         self.pins[(table, version)] = rows
 
     def pin_store(self, table: str, version: int) -> None:
@@ -811,16 +839,21 @@ class _RefreshRun:
         """A temporary view of the consolidated changes of the table's versions start..end."""
         key = (table, start, end)
         if key not in self.batches:
-            rows = self._few_partitions(
-                self.spark.sql(source_tables.change_rows_sql(table, start, end, columns)).localCheckpoint())
-            size = rows.count()
-            if 0 < size <= BROADCAST_BATCH_ROWS:
-                # A batch is small next to the maps it joins: copy it to every task instead of shuffling
-                # the maps to meet it.
-                rows = broadcast(rows)
-            self.batches[key] = self._register(rows)
-            self.batch_rows[self.batches[key]] = size
+            with self.timed("batches"):
+                self._consolidate(key, columns)
         return self.batches[key]
+
+    def _consolidate(self, key: tuple, columns) -> None:
+        table, start, end = key
+        rows = self._few_partitions(
+            self.spark.sql(source_tables.change_rows_sql(table, start, end, columns)).localCheckpoint())
+        size = rows.count()
+        if 0 < size <= BROADCAST_BATCH_ROWS:
+            # A batch is small next to the maps it joins: copy it to every task instead of shuffling the
+            # maps to meet it.
+            rows = broadcast(rows)
+        self.batches[key] = self._register(rows)
+        self.batch_rows[self.batches[key]] = size
 
 
 def _parallel(spark, lookup, items) -> list:

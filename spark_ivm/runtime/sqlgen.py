@@ -33,7 +33,7 @@ from decimal import Decimal
 from typing import Callable, Sequence
 
 from spark_ivm import functions
-from spark_ivm.analysis import all_vars, factors_of, ovars, schedule
+from spark_ivm.analysis import all_vars, factors_of, join_order, ovars
 from spark_ivm.calculus import (
     AggSum, Cmp, Const, DeltaRel, Exists, Expr, Fn, Lift, MapRef, Prod, Rel, Sum, Var,
 )
@@ -62,6 +62,10 @@ class Sources:
     # stage(SELECT): the name of a table holding the SELECT's rows, computed once now; None: the stages
     # are CTEs of the statement (see the module doc).
     stage: Callable[[str], str] | None = None
+    # drives(delta name): whether the batch is small enough to drive the joins of a product it starts:
+    # the rows joined so far are broadcast to each further join, which then scans its table or map
+    # instead of shuffling and sorting it (see _Scope.driven). None: never.
+    drives: Callable[[str], bool] | None = None
 
 
 def quote(name: str) -> str:
@@ -112,6 +116,7 @@ class _Domain:
 
     table: str
     vars: tuple[str, ...]
+    driven: bool = False  # the bindings come from a product a small batch drives
 
 
 @dataclass
@@ -122,6 +127,12 @@ class _Scope:
     columns: dict[str, str] = field(default_factory=dict)  # variable -> SQL expression
     conditions: list[str] = field(default_factory=list)
     weights: list[str] = field(default_factory=list)  # factors of __v
+    # Driven by a small batch: each further join reads the rows joined so far as a subquery hinted for
+    # broadcast. Spark estimates a join's size as the product of its inputs' sizes, so without the hint
+    # the second join of a batch with two large maps is a sort-merge join that shuffles and sorts the
+    # whole second map on every refresh (TPC-H Q10 at SF 1: minutes, spilling to disk).
+    driven: bool = False
+    broadcast: str | None = None  # the alias of the broadcast rows joined so far
 
     def add_source(self, table_sql: str, alias: str, on: list[str]) -> None:
         if not self.sources:
@@ -134,7 +145,8 @@ class _Scope:
     def sql(self) -> str:
         cols = [f"{sql} AS {quote(v)}" for v, sql in self.columns.items()]
         weight = " * ".join(self.weights) if self.weights else "1"
-        text = f"SELECT {', '.join(cols + [f'{weight} AS {VALUE}'])}"
+        hint = f"/*+ BROADCAST({self.broadcast}) */ " if self.broadcast else ""
+        text = f"SELECT {hint}{', '.join(cols + [f'{weight} AS {VALUE}'])}"
         if self.sources:
             text += " " + " ".join(self.sources)
         if self.conditions:
@@ -221,8 +233,9 @@ class SqlGen:
             alias = self._alias()
             scope.add_source(domain.table, alias, [])
             scope.columns.update((v, f"{alias}.{quote(v)}") for v in domain.vars)
+            scope.driven = domain.driven
         # Bind before use: a condition may precede the factor binding its variable (bound outside).
-        for f in schedule(factors, scope.columns):
+        for f in join_order(factors, scope.columns):
             self._factor(f, scope)
         return _Select(scope.sql(), tuple(scope.columns))
 
@@ -233,9 +246,12 @@ class SqlGen:
                 raise ValueError(f"{f.name} has {len(columns)} columns, the calculus uses {len(f.vars)}")
             table = self.sources.relation(f.name) if isinstance(f, Rel) else self.sources.delta(f.name)
             alias = self._alias()
+            first = not scope.sources
             self._bind(scope, table, alias, list(zip(f.vars, columns)))
             if isinstance(f, DeltaRel):
                 scope.weights.append(f"{alias}.{MULTIPLICITY}")
+                if first and self.sources.drives is not None and self.sources.drives(f.name):
+                    scope.driven = True
         elif isinstance(f, MapRef):
             alias = self._alias()
             self._bind(scope, self.sources.map(f.name), alias, list(zip(f.keys, self.sources.map_keys(f.name))))
@@ -282,9 +298,20 @@ class SqlGen:
         scope.sources = [f"FROM {stage} AS {alias}"]
         scope.conditions = []
         scope.weights = [f"{alias}.{VALUE}"]
+        scope.broadcast = None
         distinct = f"SELECT DISTINCT {', '.join(quote(n) for n in names)} FROM {stage}"
         # Over a computed stage, a domain costs one aggregation wherever it is read: not worth computing apart.
-        return _Domain(f"({distinct})" if self.sources.stage else self._stage(distinct), tuple(names))
+        return _Domain(f"({distinct})" if self.sources.stage else self._stage(distinct), tuple(names), scope.driven)
+
+    def _nest(self, scope: _Scope) -> None:
+        """Make the rows the scope has joined so far one subquery, broadcast to the join that follows."""
+        alias = self._alias()
+        inner = scope.sql()
+        scope.sources = [f"FROM ({inner}) AS {alias}"]
+        scope.columns = {v: f"{alias}.{quote(v)}" for v in scope.columns}
+        scope.conditions = []
+        scope.weights = [f"{alias}.{VALUE}"]
+        scope.broadcast = alias
 
     def _nested_value(self, e: Expr, scope: _Scope) -> str:
         """The SQL value of a nested aggregate for each row of the scope (0 where it has no rows)."""
@@ -312,6 +339,8 @@ class SqlGen:
         scope.weights.append(f"{alias}.{VALUE}")
 
     def _bind(self, scope: _Scope, table_sql: str, alias: str, var_columns) -> None:
+        if scope.driven and scope.sources:
+            self._nest(scope)
         on = []
         for var_name, column in var_columns:
             col = f"{alias}.{quote(column)}"
