@@ -135,7 +135,7 @@ TARGETS = [
            lambda s, g: g and g["refresh_growth"], 1.2, unit="x"),
     Target("refresh+read at most 1 s at SF 1", ("q1", "q6"), lambda s, g: s["refresh_s"], 1.0),
     Target("refresh+read at most 2 s at SF 1", ("q3", "q10", "q12", "q14"), lambda s, g: s["refresh_s"], 2.0),
-    Target("one commit per refresh at SF 1", None, lambda s, g: s["commits_per_refresh"], 1, unit=" commits"),
+    Target("one commit per refresh at SF 1", None, lambda s, g: s["commits_per_refresh"], 1, unit=" commit(s)"),
     Target("a refresh with no changes at most 0.5 s at SF 1", None, lambda s, g: s["nochange_refresh_s"], 0.5),
     Target("at least 10x faster than recompute at SF 1", ("q1",), lambda s, g: s["speedup"], 10, True, "x"),
     Target("at least 3x faster than recompute at SF 1", ("q3", "q10"), lambda s, g: s["speedup"], 3, True, "x"),
@@ -183,12 +183,18 @@ def _fmt_value(check: dict) -> str:
     return f"{fmt_count(value)}{unit}"
 
 
+# The steps of a refresh in the order it runs them (REFRESH reports only those it ran), then the read.
+STEP_ORDER = ["progress", "look-ups", "batches", "store read", "source reads", "stages", "triggers", "write", "other",
+              "read the view"]
+
+
 def steps_table(summaries: list[dict]) -> str:
     """Where a refresh's time goes, per query at the largest scale factor measured: median seconds of each
     step REFRESH reports, and of reading the view afterwards."""
     largest = max(s["scale"] for s in summaries)
     rows = sorted((s for s in summaries if s["scale"] == largest and s.get("steps")), key=lambda s: query_order(s["query"]))
-    names = list(dict.fromkeys(step for s in rows for step in s["steps"]))
+    names = sorted(dict.fromkeys(step for s in rows for step in s["steps"]),
+                   key=lambda n: STEP_ORDER.index(n) if n in STEP_ORDER else len(STEP_ORDER))
     body = [[s["query"], fmt_scale(s["scale"])] + [fmt_seconds(s["steps"].get(n)) for n in names] for s in rows]
     return markdown_table(["query", "SF"] + names, body, set(names))
 
