@@ -19,6 +19,7 @@ duckdb = pytest.importorskip("duckdb")
 pa = pytest.importorskip("pyarrow")
 
 from spark_ivm import compile_view
+from spark_ivm.calculus_parser import parse
 from spark_ivm.evaluator import Database, apply_batch, evaluate_map, initial_maps
 from spark_ivm.runtime.sqlgen import MULTIPLICITY, VALUE, Sources, quote, statement_sql
 
@@ -274,3 +275,26 @@ def test_generated_sql_of_tpch_plans_equals_the_reference_evaluator(name):
             batches.append((table, batch))
         failures += [f"depth {depth}: {f}" for f in run_scenario(plan, Checker(plan, duck), relations, batches)]
     assert not failures, "\n".join(failures[:5])
+
+
+# -- join order of statements a batch drives -----------------------------------------------------------------
+
+def test_a_batch_drives_its_statement_joins_without_cross_joins():
+    """ΔR binds a and b; M1 shares no variable with it, M2 shares a and binds c, which M1 then shares: taken as
+    written, the batch would be a cross join with all of M1. Each join after the first reads the rows joined
+    so far as a subquery hinted for broadcast."""
+    e = parse("AggSum([d], M1[c, d] * ΔR(a, b) * M2[a, c])")
+    schemas = {"R": ["a", "b"]}
+    keys = {"M1": ("c", "d"), "M2": ("a", "c")}
+
+    def sources(drives):
+        return Sources(relation=quote, delta=lambda r: f"delta_{r}", map=lambda m: f"map_{m}",
+                       columns=lambda r: schemas[r], map_keys=lambda m: keys[m], drives=drives)
+
+    plain = statement_sql(e, ["d"], sources(None))
+    assert "CROSS JOIN" not in plain
+    assert plain.index("delta_R") < plain.index("map_M2") < plain.index("map_M1")
+    assert "BROADCAST" not in plain
+    driven = statement_sql(e, ["d"], sources(lambda r: True))
+    assert "CROSS JOIN" not in driven
+    assert driven.count("/*+ BROADCAST(") == 2  # before the join with M2 and before the join with M1
