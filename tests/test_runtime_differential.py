@@ -12,8 +12,8 @@ from collections import Counter
 
 import pytest
 
-# End-to-end and long (see pyproject.toml): not in ./build.sh test; run with ./build.sh test -m runtime
-pytestmark = [pytest.mark.runtime, pytest.mark.on_demand]
+# In ./build.sh test and CI: 72 views, about 10–25 minutes on 2 cores (see pyproject.toml).
+pytestmark = pytest.mark.runtime
 
 import spark_ivm
 from spark_ivm.compiler import compile_query
