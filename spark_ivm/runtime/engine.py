@@ -96,11 +96,11 @@ class Engine:
         # bookkeeping it left. While that commit is the store's latest, a refresh takes its progress from
         # here: one look at the store's history instead of an aggregate over its rows.
         self._written: dict[str, tuple[str, int, dict[int, dict[str, int]]]] = {}
-        # Every catalog entry, in creation order, as of the catalog's commit (version, user metadata) they
-        # were read at, or the commit this engine's own append of an entry must have made. While that
+        # Every catalog entry, in creation order, as of the catalog's commit (table, version, user metadata)
+        # they were read at, or the commit this engine's own append of an entry must have made. While that
         # commit is the catalog's latest, listing the views costs one look at its history instead of a
         # read of every entry (creating 8 views in one store spent 32 of its 91 s reading the catalog).
-        self._listed: tuple[tuple[int, str | None], list[ViewEntry]] | None = None
+        self._listed: tuple[tuple[str, int, str | None], list[ViewEntry]] | None = None
 
     # -- dispatch ------------------------------------------------------------------------------------
     def execute(self, statement):
@@ -154,12 +154,12 @@ class Engine:
             self._listed = None
             return []
         latest = source_tables.latest_commit(self.spark, self.catalog_table)
-        commit = (int(latest["version"]), latest["userMetadata"])
+        commit = (self.catalog_table, int(latest["version"]), latest["userMetadata"])
         if self._listed and self._listed[0] == commit:
             entries = self._listed[1]
         else:
             rows = self.spark.sql(
-                f"SELECT entry FROM {self.catalog_table} VERSION AS OF {commit[0]} ORDER BY created_at").collect()
+                f"SELECT entry FROM {self.catalog_table} VERSION AS OF {commit[1]} ORDER BY created_at").collect()
             entries = [pickle.loads(base64.b64decode(r["entry"])) for r in rows]
         self._listed = (commit, entries)
         self._cache = {e.name: e for e in entries}
@@ -190,7 +190,7 @@ class Engine:
             row.write.format("delta").mode("append").option("userMetadata", tag).saveAsTable(self.catalog_table)
             # The append is the listing's next commit unless another process wrote in between: then the
             # next listing finds another version or tag there and reads the catalog.
-            self._listed = ((listed[0][0] + 1, tag), listed[1] + [e]) if listed else None
+            self._listed = ((self.catalog_table, listed[0][1] + 1, tag), listed[1] + [e]) if listed else None
             return
         self._listed = None
         row.createOrReplaceTempView("__ivm_entry")
