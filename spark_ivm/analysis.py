@@ -178,14 +178,14 @@ def join_order(factors, bound=()) -> list[Expr]:
     joins the batch with all of M1 before M2 narrows it down (TPC-H Q10: the batch times every customer)."""
     remaining = sorted(factors, key=lambda f: not isinstance(f, DeltaRel))
     known = set(bound)
+
+    def apart(f: Expr) -> bool:  # a cross join with what is bound so far
+        outs = set(ovars(f))
+        return bool(known) and bool(outs - known) and not (outs & known)
+
     ordered: list[Expr] = []
     while remaining:
         ready = [i for i, f in enumerate(remaining) if set(ivars(f)) <= known]
-
-        def apart(f: Expr) -> bool:  # a cross join with what is bound
-            outs = set(ovars(f))
-            return bool(known) and bool(outs - known) and not (outs & known)
-
         pick = next((i for i in ready if not apart(remaining[i])), ready[0] if ready else 0)
         f = remaining.pop(pick)
         ordered.append(f)

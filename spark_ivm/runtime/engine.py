@@ -581,7 +581,7 @@ class Engine:
         except Exception as exc:
             if len(parts) > 1:
                 for entry, sql in parts:
-                    self._attributed(entry, lambda: run.checkpoint(sql))
+                    self._attributed(entry, lambda: run.checkpoint(sql, step="triggers"))
             raise _refresh_failure(parts[0][0], exc) from exc
 
     def _statement_increments(self, entry: ViewEntry, s, sources: Sources) -> str:
@@ -809,7 +809,7 @@ class _RefreshRun:
         self.temporary.append(name)
         return name
 
-    def checkpoint(self, sql: str, step: str = "checkpoints") -> str:
+    def checkpoint(self, sql: str, step: str) -> str:
         """A temporary view of the query's rows, computed once now (its time counted to `step`)."""
         # Checkpointed, not cached: cached blocks can be evicted and recomputed, a checkpoint is the rows
         # as computed once.

@@ -142,6 +142,15 @@ class _Scope:
             join = f"JOIN {table_sql} AS {alias} ON " + " AND ".join(on) if on else f"CROSS JOIN {table_sql} AS {alias}"
             self.sources.append(join)
 
+    def read_from(self, table_sql: str, alias: str, broadcast: bool = False) -> None:
+        """From now on the rows joined so far are read from `table_sql` (this scope's SELECT, computed apart
+        or nested): a column per bound variable and __v; broadcast: hinted for broadcast to the next join."""
+        self.columns = {v: f"{alias}.{quote(v)}" for v in self.columns}
+        self.sources = [f"FROM {table_sql} AS {alias}"]
+        self.conditions = []
+        self.weights = [f"{alias}.{VALUE}"]
+        self.broadcast = alias if broadcast else None
+
     def sql(self) -> str:
         cols = [f"{sql} AS {quote(v)}" for v, sql in self.columns.items()]
         weight = " * ".join(self.weights) if self.weights else "1"
@@ -293,25 +302,14 @@ class SqlGen:
     def _domain(self, scope: _Scope, names: Sequence[str]) -> _Domain:
         """Turn the scope into a stage that the scope then reads; the stage's distinct bindings of names."""
         stage = self._stage(scope.sql())
-        alias = self._alias()
-        scope.columns = {v: f"{alias}.{quote(v)}" for v in scope.columns}
-        scope.sources = [f"FROM {stage} AS {alias}"]
-        scope.conditions = []
-        scope.weights = [f"{alias}.{VALUE}"]
-        scope.broadcast = None
+        scope.read_from(stage, self._alias())
         distinct = f"SELECT DISTINCT {', '.join(quote(n) for n in names)} FROM {stage}"
         # Over a computed stage, a domain costs one aggregation wherever it is read: not worth computing apart.
         return _Domain(f"({distinct})" if self.sources.stage else self._stage(distinct), tuple(names), scope.driven)
 
     def _nest(self, scope: _Scope) -> None:
         """Make the rows the scope has joined so far one subquery, broadcast to the join that follows."""
-        alias = self._alias()
-        inner = scope.sql()
-        scope.sources = [f"FROM ({inner}) AS {alias}"]
-        scope.columns = {v: f"{alias}.{quote(v)}" for v in scope.columns}
-        scope.conditions = []
-        scope.weights = [f"{alias}.{VALUE}"]
-        scope.broadcast = alias
+        scope.read_from(f"({scope.sql()})", self._alias(), broadcast=True)
 
     def _nested_value(self, e: Expr, scope: _Scope) -> str:
         """The SQL value of a nested aggregate for each row of the scope (0 where it has no rows)."""
