@@ -23,7 +23,8 @@ from typing import Callable
 from spark_ivm.analysis import (
     all_vars, factors_of, has_delta, is_nested, ivars, ovars, reads_database, reads_maps, schedule,
 )
-from spark_ivm.calculus import AggSum, Cmp, Exists, Expr, Fn, Lift, MapRef, Sum, aggsum, exists, lift, prod, sum_
+from spark_ivm.calculus import AggSum, Cmp, Exists, Expr, Fn, Lift, MapRef, Rel, Sum, aggsum, exists, lift, prod, sum_
+from spark_ivm.heuristics import splits_map_at
 
 from .factorize import connected_components
 
@@ -36,14 +37,16 @@ def extract_aggregates(e: Expr, materialize: Materialize, bound: tuple[str, ...]
     if isinstance(e, Sum):
         return sum_(*(extract_aggregates(t, materialize, bound) for t in e.terms))
     if isinstance(e, AggSum):
-        body = _extract_monomial(factors_of(e.expr), set(e.group) | set(bound), materialize, bound)
+        body = _extract_monomial(factors_of(e.expr), set(e.group) | set(bound), materialize, bound, summed=True)
         if isinstance(body, MapRef) and set(ovars(body)) <= set(e.group):
             return body  # the map already holds the sum by these keys
         return aggsum(e.group, body)
     return _extract_monomial(factors_of(e), set(ovars(e)) | set(bound), materialize, bound)
 
 
-def _extract_monomial(factors, visible: set[str], materialize: Materialize, bound) -> Expr:
+def _extract_monomial(factors, visible: set[str], materialize: Materialize, bound, summed: bool = False) -> Expr:
+    """summed: the monomial is the body of an AggSum, which sums away a variable that splitting a map
+    adds to the maps' keys."""
     batch_side: list[Expr] = []
     database_side: list[Expr] = []
     known = set(bound)
@@ -62,14 +65,49 @@ def _extract_monomial(factors, visible: set[str], materialize: Materialize, boun
     needed = visible | {v for f in batch_side for v in all_vars(f)}
     linking = {v for f in database_side for v in all_vars(f)} - needed
     refs = []
-    for component in connected_components(database_side, linking):
+    for component, keyed_by in _split_at_shared_variables(
+            connected_components(database_side, linking), linking, needed if summed else set()):
         body = prod(*component)
-        keys = [v for v in all_vars(body) if v in needed]
+        keys = [v for v in all_vars(body) if v in needed or v in keyed_by]
         missing = [v for v in ivars(body) if v not in ovars(body)]
         if missing:
             raise NotImplementedError(f"map with input variables {missing}: {body}")
         refs.append(materialize(aggsum(keys, body)))
     return prod(*schedule(batch_side + refs, bound))
+
+
+def _split_at_shared_variables(components, linking: set[str], needed: set[str]):
+    """Each component as (its factors, the variables added to its keys): a component whose relations
+    share a summed variable such that its map would hold a product (customers and suppliers of the
+    same nation, say) is split there into maps keyed by that variable too (see heuristics.splits_map_at),
+    joined on it by the statement. Without `needed` (a monomial outside an AggSum, where the variable
+    would become free) nothing is split."""
+    out = []
+    todo = [(c, frozenset()) for c in components]
+    while todo:
+        component, keyed_by = todo.pop(0)
+        split = _split_once(component, linking - keyed_by, needed | keyed_by) if needed else None
+        if split is None:
+            out.append((component, keyed_by))
+        else:
+            var, parts = split
+            todo[:0] = [(p, keyed_by | {var}) for p in parts]
+    return out
+
+
+def _split_once(component, linking: set[str], needed: set[str]):
+    """(variable, parts) of the first split the policy takes, or None."""
+    shared = [v for f in component for v in all_vars(f) if v in linking]
+    for var in sorted(dict.fromkeys(shared), key=lambda v: -_relations_with(component, v)):
+        parts = connected_components(component, linking - {var})
+        keyed = sum(1 for p in parts if any(v in needed for f in p for v in all_vars(f)))
+        if len(parts) > 1 and splits_map_at(_relations_with(component, var), keyed):
+            return var, parts
+    return None
+
+
+def _relations_with(factors, var: str) -> int:
+    return sum(1 for f in factors if isinstance(f, Rel) and var in f.vars)
 
 
 def _extract_within(f: Expr, materialize: Materialize, bound: tuple[str, ...]) -> Expr:

@@ -97,6 +97,10 @@ def _named(defn):
     ("AggSum([], ΔS(b, c) * R(a, b) * {a > 5})", "AggSum([], ΔS(b, c) * mR[b])"),
     ("AggSum([], ΔS(b, c) * R(a, b) * T(c, d))", "AggSum([], ΔS(b, c) * mR[b] * mT[c])"),
     ("AggSum([b], ΔR(a, b) * a)", "AggSum([b], ΔR(a, b) * a)"),
+    # n joins three relations: one map would pair every customer with every lineitem of its nation
+    ("AggSum([g], ΔO(o, c) * C(c, n) * L(o, s) * S(s, n) * N(n, g))",
+     "AggSum([g], ΔO(o, c) * mC[c, n] * mLS[o, n] * mN[n, g])"),
+    ("AggSum([], ΔX(c, s) * O(o, c) * L(o, s))", "AggSum([], ΔX(c, s) * mLO[c, s])"),
 ])
 def test_extract_aggregates(before, after):
     assert str(extract_aggregates(parse(before), _named)) == after
