@@ -84,11 +84,13 @@ def _split_at_shared_variables(components, linking: set[str], needed: set[str]):
     same nation, say) is split there into maps keyed by that variable too (see heuristics.splits_map_at),
     joined on it by the statement. Without `needed` (a monomial outside an AggSum, where the variable
     would become free) nothing is split."""
-    out = []
     todo = [(c, frozenset()) for c in components]
+    if not needed:
+        return todo
+    out = []
     while todo:
         component, keyed_by = todo.pop(0)
-        split = _split_once(component, linking - keyed_by, needed | keyed_by) if needed else None
+        split = _split_once(component, linking - keyed_by, needed | keyed_by)
         if split is None:
             out.append((component, keyed_by))
         else:
@@ -99,17 +101,14 @@ def _split_at_shared_variables(components, linking: set[str], needed: set[str]):
 
 def _split_once(component, linking: set[str], needed: set[str]):
     """(variable, parts) of the first split the policy takes, or None."""
-    shared = [v for f in component for v in all_vars(f) if v in linking]
-    for var in sorted(dict.fromkeys(shared), key=lambda v: -_relations_with(component, v)):
+    joined = {v: sum(1 for f in component if isinstance(f, Rel) and v in f.vars)
+              for f in component for v in all_vars(f) if v in linking}
+    for var in sorted(joined, key=lambda v: -joined[v]):
         parts = connected_components(component, linking - {var})
         keyed = sum(1 for p in parts if any(v in needed for f in p for v in all_vars(f)))
-        if len(parts) > 1 and splits_map_at(_relations_with(component, var), keyed):
+        if len(parts) > 1 and splits_map_at(joined[var], keyed):
             return var, parts
     return None
-
-
-def _relations_with(factors, var: str) -> int:
-    return sum(1 for f in factors if isinstance(f, Rel) and var in f.vars)
 
 
 def _extract_within(f: Expr, materialize: Materialize, bound: tuple[str, ...]) -> Expr:
