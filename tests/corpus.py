@@ -41,6 +41,9 @@ QUERIES = [
     "SELECT SUM(R.a) FROM R, S WHERE R.b = S.b AND R.a <= S.c",
     "SELECT S.b, SUM(CASE WHEN R.a > S.c THEN 1 ELSE 0 END) FROM R JOIN S ON R.b = S.b GROUP BY S.b",
     "SELECT COUNT(*) FROM R JOIN S ON R.b = S.b JOIN T ON S.c = T.c WHERE T.d IS NOT NULL",
+    # b is shared by three relations (r1, S, r2): its higher-order maps are split there (like TPC-H Q5's nation)
+    "SELECT r1.a, S.c, COUNT(*) FROM R r1, S, R r2, T WHERE r1.b = S.b AND r2.b = S.b AND S.c = T.c AND T.d = r2.a "
+    "GROUP BY r1.a, S.c",
     # self-joins
     "SELECT SUM(r1.a * r2.b) FROM R r1, R r2 WHERE r1.b = r2.a",
     "SELECT r1.a, COUNT(*) FROM R r1, R r2 WHERE r1.b = r2.b GROUP BY r1.a",

@@ -123,3 +123,26 @@ def test_tables_and_views_persist_across_processes(spark, spark_warehouse, tmp_p
     busy = _child(Path(spark_warehouse), "read")
     assert busy.returncode != 0
     assert "WarehouseInUseError" in busy.stderr, busy.stderr[-3000:]
+
+
+def _estimate_bits(spark, view: str) -> int:
+    return int(spark.table(view)._jdf.queryExecution().optimizedPlan().stats().sizeInBytes()).bit_length()
+
+
+def test_a_chain_of_checkpoints_keeps_its_size_estimate_bounded(spark):
+    # Without statistics Spark estimates a join as the product of its inputs' sizes, and a checkpoint
+    # keeps its query's estimate: a checkpoint of a join of checkpoints doubles the estimate's digits.
+    # The refresh's checkpoints forget estimates beyond Spark's "unknown" (2^63 - 1 bytes), so a chain
+    # of stages never builds numbers of thousands of digits (they filled a 4 GB driver heap once).
+    from spark_ivm.runtime.engine import _RefreshRun
+
+    spark.range(20).selectExpr("id AS k").createOrReplaceTempView("chain_0")
+    plain = spark.table("chain_0").localCheckpoint()
+    with _RefreshRun(spark) as run:
+        view = "chain_0"
+        for _ in range(4):
+            plain = plain.alias("p").join(plain.alias("q"), "k").localCheckpoint()
+            view = run.checkpoint(f"SELECT a.k FROM {view} a JOIN {view} b ON a.k = b.k", step="stages")
+            assert _estimate_bits(spark, view) <= 63
+        assert rows(spark.table(view)) == rows(plain) == {(k,) for k in range(20)}
+    assert int(plain._jdf.queryExecution().optimizedPlan().stats().sizeInBytes()).bit_length() > 63

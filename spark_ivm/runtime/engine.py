@@ -20,6 +20,7 @@ from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+from pyspark.sql import DataFrame
 from pyspark.sql.functions import broadcast
 
 from spark_ivm import udfs
@@ -814,14 +815,16 @@ class _RefreshRun:
         # Checkpointed, not cached: cached blocks can be evicted and recomputed, a checkpoint is the rows
         # as computed once.
         with self.timed(step):
-            return self._register(self._few_partitions(self.spark.sql(sql).localCheckpoint()))
+            return self._register(self._local_checkpoint(sql))
 
-    def _few_partitions(self, checkpointed):
-        """The checkpointed rows read in at most checkpoint_partitions partitions. A UNION ALL has every
-        input's partitions (and a Delta read one per file), so a checkpoint of the many small statements
-        of a refresh has hundreds of tiny ones: each later read would run a task per partition, and the
-        store's append write a file per partition. Coalescing after the checkpoint keeps its
-        computation parallel (and a coalesce to more partitions than there are changes nothing)."""
+    def _local_checkpoint(self, sql: str):
+        """The query's rows computed once now, read in at most checkpoint_partitions partitions.
+
+        A UNION ALL has every input's partitions (and a Delta read one per file), so a checkpoint of the
+        many small statements of a refresh has hundreds of tiny ones: each later read would run a task
+        per partition, and the store's append write a file per partition. Coalescing after the
+        checkpoint keeps its computation parallel (a coalesce to more partitions changes nothing)."""
+        checkpointed = _without_inflated_size_estimate(self.spark, self.spark.sql(sql).localCheckpoint())
         return checkpointed.coalesce(checkpoint_partitions(self.spark.conf.get("spark.sql.shuffle.partitions", None)))
 
     def read_store_once(self, table: str, map_ids: list[int]) -> None:
@@ -865,8 +868,7 @@ class _RefreshRun:
 
     def _consolidate(self, key: tuple, columns) -> None:
         table, start, end = key
-        rows = self._few_partitions(
-            self.spark.sql(source_tables.change_rows_sql(table, start, end, columns)).localCheckpoint())
+        rows = self._local_checkpoint(source_tables.change_rows_sql(table, start, end, columns))
         size = rows.count()
         if 0 < size <= BROADCAST_BATCH_ROWS:
             # A batch is small next to the maps it joins: copy it to every task instead of shuffling the
@@ -874,6 +876,26 @@ class _RefreshRun:
             rows = broadcast(rows)
         self.batches[key] = self._register(rows)
         self.batch_rows[self.batches[key]] = size
+
+
+def _without_inflated_size_estimate(spark, checkpointed):
+    """The checkpoint, forgetting its query's size estimate when that is beyond Spark's own "unknown"
+    (spark.sql.defaultSizeInBytes, 2^63 - 1 bytes).
+
+    A checkpoint keeps the size Spark estimated for the query it computed, and without statistics Spark
+    estimates a join as the product of its inputs' sizes. A stage that joins stages that join stages
+    multiplies those products again: q18's stages reached estimates of 8,400 bits, and computing them
+    took most of the driver's time and, in a refresh of all 22 TPC-H views, its whole heap in
+    multi-thousand-digit numbers. Such an estimate decides nothing (every one of them is far above the
+    broadcast threshold), so the checkpoint is read instead as rows of unknown size."""
+    jdf = getattr(checkpointed, "_jdf", None)
+    if jdf is None:  # Spark Connect: the server plans, and its checkpoints are its own
+        return checkpointed
+    estimate = int(jdf.queryExecution().optimizedPlan().stats().sizeInBytes())
+    if estimate.bit_length() < 64:
+        return checkpointed
+    plain = spark._jsparkSession.internalCreateDataFrame(jdf.logicalPlan().rdd(), jdf.schema(), False)
+    return DataFrame(plain, spark)
 
 
 def _parallel(spark, lookup, items) -> list:
