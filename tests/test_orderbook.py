@@ -6,7 +6,7 @@ gives; on a random order book with a stream of adds, cancels and amendments (dup
 included), running the plan's triggers keeps every map equal to its definition evaluated from
 scratch, and the view read from the maintained maps equal to the query run by sqlite3.
 
-On Spark (on demand): the five queries as incremental views at both depths in one shared map store
+On Spark (part of ./build.sh test, about 8 minutes on 2 cores): the five queries as incremental views at both depths in one shared map store
 equal their queries run by Spark after every REFRESH INCREMENTAL VIEWS.
 """
 
@@ -222,7 +222,6 @@ def orderbook_views(spark, request):
 
 
 @pytest.mark.runtime
-@pytest.mark.on_demand
 @pytest.mark.parametrize("orderbook_views", SPARK_GROUPS.values(), indirect=True, ids=SPARK_GROUPS.keys())
 def test_views_equal_their_queries_after_every_refresh(spark, orderbook_views):
     views, stream = orderbook_views
