@@ -125,8 +125,9 @@ def test_tables_and_views_persist_across_processes(spark, spark_warehouse, tmp_p
     assert "WarehouseInUseError" in busy.stderr, busy.stderr[-3000:]
 
 
-def _estimate_bits(spark, view: str) -> int:
-    return int(spark.table(view)._jdf.queryExecution().optimizedPlan().stats().sizeInBytes()).bit_length()
+def _estimate_bits(df) -> int:
+    """The number of bits of Spark's estimate of the DataFrame's size in bytes."""
+    return int(df._jdf.queryExecution().optimizedPlan().stats().sizeInBytes()).bit_length()
 
 
 def test_a_chain_of_checkpoints_keeps_its_size_estimate_bounded(spark):
@@ -143,6 +144,6 @@ def test_a_chain_of_checkpoints_keeps_its_size_estimate_bounded(spark):
         for _ in range(4):
             plain = plain.alias("p").join(plain.alias("q"), "k").localCheckpoint()
             view = run.checkpoint(f"SELECT a.k FROM {view} a JOIN {view} b ON a.k = b.k", step="stages")
-            assert _estimate_bits(spark, view) <= 63
+            assert _estimate_bits(spark.table(view)) <= 63
         assert rows(spark.table(view)) == rows(plain) == {(k,) for k in range(20)}
-    assert int(plain._jdf.queryExecution().optimizedPlan().stats().sizeInBytes()).bit_length() > 63
+    assert _estimate_bits(plain) > 63

@@ -884,10 +884,10 @@ def _without_inflated_size_estimate(spark, checkpointed):
 
     A checkpoint keeps the size Spark estimated for the query it computed, and without statistics Spark
     estimates a join as the product of its inputs' sizes. A stage that joins stages that join stages
-    multiplies those products again: q18's stages reached estimates of 8,400 bits, and computing them
-    took most of the driver's time and, in a refresh of all 22 TPC-H views, its whole heap in
-    multi-thousand-digit numbers. Such an estimate decides nothing (every one of them is far above the
-    broadcast threshold), so the checkpoint is read instead as rows of unknown size."""
+    multiplies those products again: q18's stages reached estimates of 8,400 bits, and a refresh of all
+    22 TPC-H views after five changes filled the driver's 4 GB heap with such numbers. An estimate that
+    large decides nothing (it is far above the broadcast threshold either way), so the checkpoint is
+    read instead as rows of unknown size."""
     jdf = getattr(checkpointed, "_jdf", None)
     if jdf is None:  # Spark Connect: the server plans, and its checkpoints are its own
         return checkpointed
