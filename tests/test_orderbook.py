@@ -6,8 +6,9 @@ gives; on a random order book with a stream of adds, cancels and amendments (dup
 included), running the plan's triggers keeps every map equal to its definition evaluated from
 scratch, and the view read from the maintained maps equal to the query run by sqlite3.
 
-On Spark (part of ./build.sh test, about 8 minutes on 2 cores): the five queries as incremental views at both depths in one shared map store
-equal their queries run by Spark after every REFRESH INCREMENTAL VIEWS.
+On Spark (part of ./build.sh test, about 8 minutes on 2 cores): the five queries as incremental views
+at both depths in one shared map store equal their queries run by Spark after every REFRESH INCREMENTAL
+VIEWS.
 """
 
 from __future__ import annotations

@@ -891,10 +891,10 @@ def _without_inflated_size_estimate(spark, checkpointed):
     jdf = getattr(checkpointed, "_jdf", None)
     if jdf is None:  # Spark Connect: the server plans, and its checkpoints are its own
         return checkpointed
-    estimate = int(jdf.queryExecution().optimizedPlan().stats().sizeInBytes())
-    if estimate.bit_length() < 64:
+    rows = jdf.logicalPlan()  # the checkpoint's leaf: its estimate is read without planning anything
+    if int(rows.stats().sizeInBytes()).bit_length() < 64:
         return checkpointed
-    plain = spark._jsparkSession.internalCreateDataFrame(jdf.logicalPlan().rdd(), jdf.schema(), False)
+    plain = spark._jsparkSession.internalCreateDataFrame(rows.rdd(), jdf.schema(), False)
     return DataFrame(plain, spark)
 
 
