@@ -215,3 +215,36 @@ def affected_key_domains(e: Expr) -> list[Exists]:
     """The domains `Exists(Δt)` a delta of nested aggregates is restricted to (see `delta`): the
     statement re-evaluates its nested parts only for the keys these bind."""
     return [x for x in e.walk() if isinstance(x, Exists) and has_delta(x)]
+
+
+def map_key_bindings(e: Expr) -> list[tuple[str, tuple[tuple[int, str, int], ...]]]:
+    """Every map reference in e, with the keys a batch fixes: (map name, ((key position, delta relation,
+    column position), …)) for each reference, in order.
+
+    A key is fixed when the reference is a factor of a product that also has a batch ΔR sharing the key's
+    variable: the product joins them on it, so only the map's rows whose key is among the batch's values
+    in that column can contribute. A reference anywhere else (inside a lift, an existence test, a nested
+    aggregate, or a product without a batch) fixes nothing: the tuple is empty."""
+    found: list[tuple[str, tuple[tuple[int, str, int], ...]]] = []
+
+    def visit(node: Expr) -> None:
+        if isinstance(node, MapRef):
+            found.append((node.name, ()))
+            return
+        if not isinstance(node, Prod):
+            for child in node.children():
+                visit(child)
+            return
+        columns: dict[str, tuple[str, int]] = {}  # variable -> the first batch column binding it
+        for f in node.factors:
+            if isinstance(f, DeltaRel):
+                for position, v in enumerate(f.vars):
+                    columns.setdefault(v, (f.name, position))
+        for f in node.factors:
+            if isinstance(f, MapRef):
+                found.append((f.name, tuple((i, *columns[k]) for i, k in enumerate(f.keys) if k in columns)))
+            else:
+                visit(f)
+
+    visit(e)
+    return found

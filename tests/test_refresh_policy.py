@@ -1,13 +1,17 @@
-"""What a refresh reads and how: the maps its statements read, when it reads the map store (or CREATE a
-source table) once for all references, and how its checkpoints are partitioned (pure Python)."""
+"""What a refresh reads and how: the maps its statements read, which of their keys a batch fixes, when it
+reads the map store (or CREATE a source table) once for all references, and how its checkpoints are
+partitioned (pure Python)."""
 
 from __future__ import annotations
 
 from spark_ivm import compile_view
+from spark_ivm.analysis import map_key_bindings
+from spark_ivm.calculus import aggsum, cmp, delta_rel, exists, lift, map_ref, prod, rel, sum_, var
 from spark_ivm.heuristics import (
     DEFAULT_CHECKPOINT_PARTITIONS, SHARED_SOURCE_READ_MAX_BYTES, checkpoint_partitions, reads_source_once, reads_store_once,
 )
 from spark_ivm.runtime.engine import _maps_read
+from spark_ivm.runtime.mapstore import key_range_sql
 
 SCHEMAS = {"R": ["A", "B"], "S": ["B", "C"]}
 
@@ -49,3 +53,33 @@ def test_creating_a_view_reads_a_small_source_once_when_its_maps_refer_to_it_twi
     assert reads_source_once(2, 1000)
     assert reads_source_once(9, SHARED_SOURCE_READ_MAX_BYTES)
     assert not reads_source_once(9, SHARED_SOURCE_READ_MAX_BYTES + 1)
+
+
+def test_a_batch_fixes_the_keys_of_a_map_it_joins_in_one_product():
+    # ON S: q += ΔS(B, C) * m[B]: only m's rows at the batch's B values can join.
+    plan = compile_view("SELECT SUM(A) FROM R, S WHERE R.B = S.B", SCHEMAS, name="q")
+    on_s = {s.target: map_key_bindings(s.expr) for s in plan.trigger("S").statements}
+    assert on_s["q_count"] == [("q_count_mS", ((0, "S", 0),))]
+    # Key 1 (D) is not a batch column; key 0 (B) is column 0 of the batch. A second batch binding B
+    # again does not repeat it.
+    e = aggsum(["D"], prod(delta_rel("S", "B", "C"), delta_rel("S", "B", "E"), map_ref("m", "B", "D")))
+    assert map_key_bindings(e) == [("m", ((0, "S", 0),))]
+
+
+def test_a_map_read_outside_a_product_with_a_batch_fixes_no_key():
+    batch = delta_rel("S", "B", "C")
+    # The same variable, but the map is inside a nested aggregate, an existence test or a lift: its
+    # own product has no batch, so all of its rows may matter.
+    nested = aggsum([], prod(batch, lift("X", aggsum(["B"], map_ref("m", "B"))), cmp(">", var("X"), var("C"))))
+    assert map_key_bindings(nested) == [("m", ())]
+    assert map_key_bindings(prod(batch, exists(map_ref("m", "B")))) == [("m", ())]
+    # A sum's terms are products of their own: a term without the batch fixes nothing.
+    either = prod(sum_(prod(batch, map_ref("m", "B")), prod(rel("R", "A", "B"), map_ref("m", "B"))))
+    assert map_key_bindings(either) == [("m", ((0, "S", 0),)), ("m", ())]
+    # No shared variable: nothing is fixed.
+    assert map_key_bindings(prod(batch, map_ref("m", "D"))) == [("m", ())]
+
+
+def test_a_key_range_keeps_null_keys_which_join_null_safely():
+    assert key_range_sql("k_b", "1", "7") == "(k_b IS NULL OR k_b BETWEEN 1 AND 7)"
+    assert key_range_sql("k_b", None, None) == "k_b IS NULL"

@@ -21,6 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
 from pyspark.sql.functions import broadcast
 
 from spark_ivm import udfs
@@ -28,14 +29,16 @@ from spark_ivm.compiler import compile_query
 from spark_ivm.errors import (
     InvalidQueryError, IVMError, ParseError, RefreshError, UnknownTableError, UnknownViewError, UnsupportedQueryError, ViewExistsError,
 )
-from spark_ivm.analysis import map_names
+from spark_ivm.analysis import map_key_bindings, map_names
 from spark_ivm.calculus import Rel
-from spark_ivm.heuristics import checkpoint_partitions, default_depth_plan, reads_source_once, reads_store_once
+from spark_ivm.heuristics import (
+    STORE_FILE_ROWS, checkpoint_partitions, default_depth_plan, reads_source_once, reads_store_once,
+)
 from spark_ivm.plan import Plan
 from spark_ivm.runtime import sources as source_tables
 from spark_ivm.runtime.mapstore import (
     COMPACT_EVERY, ENTRY_TOKEN, SEQUENCE, SEQUENCE_ID, StoreColumns, StoredMap, StoreLayout, append_sql, bookkeeping_sql,
-    compact_sql, key_column, live_rows_sql, sequence_sql, staged_sql,
+    compact_sql, key_column, key_range_sql, live_rows_sql, ordered_rows_sql, sequence_sql, staged_sql,
 )
 from spark_ivm.runtime.sqlgen import VALUE, Sources, literal_sql, quote, statement_sql
 from spark_ivm.runtime.statements import (
@@ -54,6 +57,12 @@ LOOKUP_THREADS = 4  # catalog and Delta log look-ups in flight at once (each mos
 # of the triggers' small joins into a job of its own: with it off a refresh of a two-table join view ran
 # 31 jobs in 9.5 s instead of 50 in 12–15 s (2 cores, 20,000 rows, a 5-row batch).
 REFRESH_SETTINGS = {"spark.sql.adaptive.enabled": "false"}
+# Session settings for writing a map store: files of bounded size, so that a store written in key order
+# has files that each hold a narrow range of keys (see mapstore.key_order).
+STORE_WRITE_SETTINGS = {"spark.sql.files.maxRecordsPerFile": str(STORE_FILE_ROWS)}
+# Batch columns whose range bounds the map keys a refresh reads (see _RefreshRun._consolidate): their
+# values come back to Python and go into SQL as literals of the same value.
+_RANGED_TYPE = re.compile(r"tinyint|smallint|int|bigint|decimal\(\d+,\d+\)|date|string")
 CRASH_ENV = "SPARK_IVM_CRASH_AT"  # test hook: exit the process abruptly at a named refresh step
 
 
@@ -326,12 +335,14 @@ class Engine:
             [layout.rows_sql(m.name, sql, store_columns) for m, sql in zip(plan.maps, definitions)]
             + [layout.progress_sql({**versions, ENTRY_TOKEN: token}, store_columns)]
             + ([sequence_sql(0, store_columns)] if new_store else []))
-        if new_store:
-            self.spark.sql(
-                f"CREATE TABLE {store} USING delta TBLPROPERTIES ('delta.enableDeletionVectors' = 'true', "
-                f"'delta.enableChangeDataFeed' = 'false') AS {rows}")
-        else:
-            self.spark.sql(f"INSERT INTO {store} {rows}")
+        rows = ordered_rows_sql(rows, store_columns)
+        with _session_settings(self.spark, STORE_WRITE_SETTINGS):
+            if new_store:
+                self.spark.sql(
+                    f"CREATE TABLE {store} USING delta TBLPROPERTIES ('delta.enableDeletionVectors' = 'true', "
+                    f"'delta.enableChangeDataFeed' = 'false') AS {rows}")
+            else:
+                self.spark.sql(f"INSERT INTO {store} {rows}")
         entry = ViewEntry(name, sql, options, plan, layout, relation_tables, source_columns, output_types,
                           time.time(), self.spark.catalog.currentDatabase(), token)
         self.spark.sql(f"CREATE VIEW {name} AS {read_view_sql(entry)}")
@@ -394,9 +405,10 @@ class Engine:
 
     # -- sources ---------------------------------------------------------------------------------------
     def _sources(self, relation_tables, source_columns, versions, layout, run: "_RefreshRun",
-                 deltas=None, pending=None) -> Sources:
+                 deltas=None, pending=None, bounds=None) -> Sources:
         deltas = deltas or {}
         pending = pending or {}  # map -> its increments from sources applied earlier in this refresh
+        bounds = bounds or {}  # map -> the condition its rows that statements can join hold for
 
         def relation(rel: str) -> str:
             table = relation_tables[rel]
@@ -406,7 +418,7 @@ class Engine:
             return deltas[rel]
 
         def map_sql(map_name: str) -> str:
-            base = layout.read_map_sql(map_name, run.store(layout.table))
+            base = layout.read_map_sql(map_name, run.store(layout.table), bounds.get(map_name))
             extra = pending.get(map_name)
             if not extra:
                 return base
@@ -510,9 +522,19 @@ class Engine:
         The views advance together, one source at a time, so that each step is one Spark action for
         all views rather than one per view.
         """
-        read = [(w.entry.layout, name) for w in work for s in _statements_of(w) for name in _maps_read(s)]
+        # Every batch first: the keys they hold bound the map rows the statements can join.
+        ranged: dict[str, set[str]] = {}  # source -> its batch columns that fix keys of maps
+        for w in work:
+            for table in w.changed:
+                ranged.setdefault(table, set()).update(c for _, fixed in _map_references(w, table) for _, c in fixed)
+        for w in work:
+            for table in w.changed:
+                run.batch(table, w.applied[table] + 1, w.targets[table], w.entry.source_columns[table], ranged[table])
+            w.bounds = self._map_bounds(w, run)
+        read = [(w, name) for w in work for s in _statements_of(w) for name in _maps_read(s)]
         if reads_store_once(len(read)):
-            run.read_store_once(work[0].entry.store, sorted({layout.map(name).map_id for layout, name in read}))
+            rows = dict.fromkeys(w.entry.layout.rows_of(name, w.bounds.get(name)) for w, name in read)
+            run.read_store_once(work[0].entry.store, " OR ".join(rows))
         for step in range(max(len(w.changed) for w in work)):
             read_later = []  # (view, its increments of this step) for views with sources still to apply
             for w in work:
@@ -551,10 +573,10 @@ class Engine:
         relations = _relations_of(entry, table)
         deltas = {r: batch_view for r in relations}
         sources = self._sources(entry.sources, entry.source_columns, w.versions, entry.layout, run, deltas,
-                                w.pending)
+                                w.pending, w.bounds)
         # A re-evaluation (:=) computes the map's new contents, so it reads this source after its batch.
         after = self._sources(entry.sources, entry.source_columns, {**w.versions, table: w.targets[table]},
-                              entry.layout, run, deltas, w.pending)
+                              entry.layout, run, deltas, w.pending, w.bounds)
         statements = _statements_of(w, table)
         increments = {(s.target, i): entry.layout.rows_sql(
                           s.target, self._statement_increments(entry, s, after if s.op == ":=" else sources),
@@ -563,6 +585,31 @@ class Engine:
         # Only now: `sources` reads the versions when the statements' SQL is made.
         w.versions[table] = w.targets[table]
         return increments
+
+    @staticmethod
+    def _map_bounds(w: "_ViewRefresh", run: "_RefreshRun") -> dict[str, str | None]:
+        """Per map the refresh of a view reads: a condition on the store's columns that every row a
+        statement can join holds for, or None where the whole map is needed.
+
+        Where a statement joins a map with a batch on a key (see map_key_bindings), only keys in the
+        range of the batch's values in that column can join. A map read by several statements needs the
+        rows any of them can join; one read whole by any of them is read whole. With the store written
+        in key order, Delta skips the files of other keys: a batch of new orders reads the orders-keyed
+        maps' rows of new keys, not all of them."""
+        alternatives: dict[str, list[str] | None] = {}
+        for table in w.changed:
+            batch = run.batch(table, w.applied[table] + 1, w.targets[table], w.entry.source_columns[table])
+            if not run.batch_rows[batch]:
+                continue  # no statement of this source runs
+            ranges = run.batch_ranges[batch]
+            for name, fixed in _map_references(w, table):
+                terms = [key_range_sql(key, *ranges[column]) for key, column in fixed if column in ranges]
+                if not terms:
+                    alternatives[name] = None
+                elif alternatives.get(name, []) is not None:
+                    alternatives.setdefault(name, []).append(" AND ".join(terms))
+        return {name: None if terms is None else " OR ".join(dict.fromkeys(terms))
+                for name, terms in alternatives.items()}
 
     @staticmethod
     def _attributed(entry: ViewEntry, compute):
@@ -611,6 +658,7 @@ class Engine:
             "spark.databricks.delta.write.txnAppId": f"spark_ivm:{store}",
             "spark.databricks.delta.write.txnVersion": str(sequence),
             "spark.databricks.delta.commitInfo.userMetadata": tag,
+            **STORE_WRITE_SETTINGS,
         }
         compact_every = int(self.spark.conf.get(COMPACT_CONF, str(COMPACT_EVERY)))
         statement = (compact_sql(store, staged_view, store_columns) if compact_every > 0 and sequence % compact_every == 0
@@ -730,6 +778,7 @@ class _ViewRefresh:
     versions: dict[str, int] = field(default_factory=dict)  # the version of each source the next step sees
     pending: dict[str, list[str]] = field(default_factory=dict)  # map -> increments of earlier steps
     increments: list[str] = field(default_factory=list)  # store-shaped rows to write
+    bounds: dict[str, str | None] = field(default_factory=dict)  # map -> the rows its reads need (_map_bounds)
 
     def __post_init__(self):
         self.versions = dict(self.applied)
@@ -746,6 +795,9 @@ class _RefreshRun:
         self.versions: dict[str, int] = {}
         self.batches: dict[tuple, str] = {}
         self.batch_rows: dict[str, int] = {}  # batch view -> its rows
+        # batch view -> {column: (lowest, highest) as SQL literals, None if only NULLs}, for the columns
+        # whose values order and print exactly as literals (see _consolidate)
+        self.batch_ranges: dict[str, dict[str, tuple[str | None, str | None]]] = {}
         self.pins: dict[tuple, str] = {}
         self.stores: dict[str, str] = {}  # map store -> checkpoint of the rows its maps are read from
         self.store_versions: dict[str, int] = {}
@@ -827,11 +879,11 @@ class _RefreshRun:
         checkpointed = _without_inflated_size_estimate(self.spark, self.spark.sql(sql).localCheckpoint())
         return checkpointed.coalesce(checkpoint_partitions(self.spark.conf.get("spark.sql.shuffle.partitions", None)))
 
-    def read_store_once(self, table: str, map_ids: list[int]) -> None:
-        """From now on, read these maps of the store from one checkpoint of their rows (see heuristics)."""
+    def read_store_once(self, table: str, rows: str) -> None:
+        """From now on, read the maps of the store from one checkpoint of the rows the condition `rows`
+        holds for (see heuristics)."""
         self.stores[table] = self.checkpoint(
-            f"SELECT * FROM {self.pinned(table, self.store_versions.get(table))} "
-            f"WHERE map_id IN ({', '.join(map(str, map_ids))})", step="store read")
+            f"SELECT * FROM {self.pinned(table, self.store_versions.get(table))} WHERE {rows}", step="store read")
 
     def read_source_once(self, table: str, version: int) -> None:
         """From now on, read this table's version from one checkpoint of its rows (see heuristics)."""
@@ -858,24 +910,32 @@ class _RefreshRun:
             self.pins[key] = self._register(reader.table(table))
         return self.pins[key]
 
-    def batch(self, table: str, start: int, end: int, columns) -> str:
-        """A temporary view of the consolidated changes of the table's versions start..end."""
+    def batch(self, table: str, start: int, end: int, columns, ranged=()) -> str:
+        """A temporary view of the consolidated changes of the table's versions start..end, with the range
+        of values of each `ranged` column (batch_ranges) when it is consolidated by this call."""
         key = (table, start, end)
         if key not in self.batches:
             with self.timed("batches"):
-                self._consolidate(key, columns)
+                self._consolidate(key, columns, ranged)
         return self.batches[key]
 
-    def _consolidate(self, key: tuple, columns) -> None:
+    def _consolidate(self, key: tuple, columns, ranged) -> None:
         table, start, end = key
         rows = self._local_checkpoint(source_tables.change_rows_sql(table, start, end, columns))
-        size = rows.count()
+        # The ranges of the `ranged` columns come with the count, in the same job. Only of types whose
+        # values come back to Python and go into SQL as the same literal (no float NaN, no time zones).
+        ranged = [c for c, t in columns if c in ranged and _RANGED_TYPE.fullmatch(t)]
+        found = rows.agg(F.count(F.lit(1)), *(f(F.col(quote(c))) for c in ranged for f in (F.min, F.max))).first()
+        size = found[0]
         if 0 < size <= BROADCAST_BATCH_ROWS:
             # A batch is small next to the maps it joins: copy it to every task instead of shuffling the
             # maps to meet it.
             rows = broadcast(rows)
-        self.batches[key] = self._register(rows)
-        self.batch_rows[self.batches[key]] = size
+        view = self.batches[key] = self._register(rows)
+        self.batch_rows[view] = size
+        self.batch_ranges[view] = {
+            c: (None, None) if found[1 + 2 * i] is None else (literal_sql(found[1 + 2 * i]), literal_sql(found[2 + 2 * i]))
+            for i, c in enumerate(ranged)}
 
 
 def _without_inflated_size_estimate(spark, checkpointed):
@@ -1010,6 +1070,20 @@ def _statements_of(w: "_ViewRefresh", table: str | None = None) -> list:
     plan = w.entry.plan
     return [s for t in ([table] if table else w.changed) for rel in _relations_of(w.entry, t)
             if plan.trigger(rel) for s in plan.trigger(rel).statements]
+
+
+def _map_references(w: "_ViewRefresh", table: str) -> list[tuple[str, tuple[tuple[str, str], ...]]]:
+    """The map references of the statements a refresh runs for one changed source of the view, each as
+    (map, ((store key column, batch column), …)) for the keys the source's batch fixes (map_key_bindings).
+    A re-evaluation (:=) also reads its map's old contents, all of them."""
+    entry, layout = w.entry, w.entry.layout
+    refs = []
+    for s in _statements_of(w, table):
+        for name, fixed in map_key_bindings(s.expr) + ([(s.target, ())] if s.op == ":=" else []):
+            keys = layout.map(name).keys
+            refs.append((name, tuple((layout.key_column(keys[k]), entry.source_columns[table][position][0])
+                                     for k, _, position in fixed)))
+    return refs
 
 
 def _maps_read(statement) -> tuple[str, ...]:

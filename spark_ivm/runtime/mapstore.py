@@ -114,9 +114,10 @@ class StoreLayout:
                                   + list(self.value_columns)
                                   + [("src", "string"), ("src_version", "bigint")]))
 
-    def read_map_sql(self, name: str, store: str | None = None) -> str:
+    def read_map_sql(self, name: str, store: str | None = None, where: str | None = None) -> str:
         """A map as `key columns (named by the map's keys), __v`, from the store (or from `store`, a table
-        expression of the store's rows).
+        expression of the store's rows); with `where` (a condition on store columns), only the rows it
+        holds for.
 
         The rows are the map as a relation with multiplicities: a key may have several rows, and its
         value is their sum. That is all a trigger needs, because a map's value enters a statement as a
@@ -125,7 +126,12 @@ class StoreLayout:
         keeps a map read a plain scan, which joins a small batch without a shuffle."""
         m = self.map(name)
         cols = [f"{self.key_column(k)} AS {quote(k)}" for k in m.keys] + [f"{m.value_column} AS {VALUE}"]
-        return f"(SELECT {', '.join(cols)} FROM {store or self.table} WHERE map_id = {m.map_id})"
+        return f"(SELECT {', '.join(cols)} FROM {store or self.table} WHERE {self.rows_of(name, where)})"
+
+    def rows_of(self, name: str, where: str | None = None) -> str:
+        """The condition selecting a map's rows of the store (those `where` holds for, if given)."""
+        own = f"map_id = {self.map(name).map_id}"
+        return f"({own} AND ({where}))" if where else own
 
     def rows_sql(self, name: str, increments_sql: str, store: StoreColumns | None = None) -> str:
         """Rows of the store's shape from `increments_sql` (key columns named by the map's keys, __v)."""
@@ -144,6 +150,15 @@ class StoreLayout:
         """Progress rows: per source, the last version applied (or, for ENTRY_TOKEN, the entry's token)."""
         return " UNION ALL ".join(bookkeeping_row_sql(self.progress_id, source, version, store or self.columns)
                                   for source, version in versions.items())
+
+
+def key_range_sql(column: str, low_sql: str | None, high_sql: str | None) -> str:
+    """A condition on a store key column that holds for every key a batch can join whose column has the
+    values low..high (SQL literals; None: the batch has only NULLs there). Joins match keys NULL-safely,
+    so a NULL key may always join."""
+    if low_sql is None or high_sql is None:
+        return f"{column} IS NULL"
+    return f"({column} IS NULL OR {column} BETWEEN {low_sql} AND {high_sql})"
 
 
 def bookkeeping_row_sql(map_id: int, src: str, version: int, store: StoreColumns) -> str:
@@ -206,7 +221,22 @@ def compact_sql(table: str, staged: str, store: StoreColumns) -> str:
     live = " OR ".join(f"COALESCE(SUM({c}), 0) <> 0" for c in values) or "FALSE"
     return (f"INSERT OVERWRITE {table} SELECT {', '.join(select)} FROM "
             f"(SELECT * FROM {table} UNION ALL SELECT * FROM {staged}) AS rows "
-            f"GROUP BY {', '.join(keys)} HAVING map_id < 0 OR {live}")
+            f"GROUP BY {', '.join(keys)} HAVING map_id < 0 OR {live} {key_order(store)}")
+
+
+def key_order(store: StoreColumns) -> str:
+    """The clause ordering a store's rows when it is built or compacted: by map, then by key, within each
+    task that writes them (no shuffle: a global ORDER BY would add a sampling job and an exchange).
+
+    Written in files of bounded size (STORE_FILE_ROWS), each file then holds a narrow range of one map's
+    keys, and Delta's per-file minimum and maximum let a refresh that reads only the keys its batches
+    touch (`WHERE k BETWEEN …`) skip the other files: it reads about one file per writing task."""
+    return f"SORT BY {', '.join(['map_id'] + store.keys)}"
+
+
+def ordered_rows_sql(rows: str, store: StoreColumns) -> str:
+    """The store rows of the query `rows`, in key order (see key_order)."""
+    return f"SELECT * FROM ({rows}) AS r {key_order(store)}"
 
 
 def live_rows_sql(table: str, store: StoreColumns) -> str:
