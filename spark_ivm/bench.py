@@ -7,7 +7,9 @@ running the queries from scratch.
 
 For each scale factor: generate TPC-H with tpchgen-cli (cached per scale factor), load it into Delta
 tables with a batch of the orders (the largest keys, `--batch-fraction` of them) and their lineitems held
-back. For each query: CREATE INCREMENTAL VIEW (timed); then each round inserts the batch, refreshes and
+back. Before the first scale's measurements, the first query runs one unmeasured round, so that the JVM's
+compilation of Spark and Delta code is not counted to whichever query and scale comes first.
+For each query: CREATE INCREMENTAL VIEW (timed); then each round inserts the batch, refreshes and
 reads the view, and deletes the batch, refreshes and reads again. Every refresh + read is timed against
 running the query itself on the same data in the same session, and the two results must agree (same
 rows as bags, fractional numbers within rounding). Also counted per refresh: Spark jobs and commits to the
@@ -220,9 +222,10 @@ def tables_needed(queries: list[str]) -> list[str]:
     return [t for t in tpch.TABLES if t in needed]
 
 
-def run_scale(spark, scale: float, queries: list[str], args, progress, task, data: dict, saved) -> None:
+def run_scale(spark, scale: float, queries: list[str], args, progress, task, data: dict, saved,
+              warm_up: bool = False) -> None:
     """Load one scale factor and run every query on it, adding to `data` and calling `saved()` after
-    each query."""
+    each query; with warm_up, first one unmeasured round of the first query."""
     database = database_name(scale)
     data_dir = Path(args.cache) / f"sf{report.fmt_scale(scale)}"
     progress.update(task, description=f"SF {scale:g}: generating (cached in {data_dir.name}) and loading TPC-H")
@@ -248,6 +251,13 @@ def run_scale(spark, scale: float, queries: list[str], args, progress, task, dat
             record({"query": name, "scale": scale, "status": report.FAILED, "reason": reason, "rounds": []})
             progress.advance(task)
         return
+    if warm_up:
+        # The first minute of a JVM runs Spark's and Delta's code interpreted or barely compiled: the
+        # first query measured at the first scale took up to 1.8x as long as at the next scale.
+        started = time.perf_counter()
+        run_query(spark, database, scale, queries[0], 1,
+                  lambda text: progress.update(task, description=f"SF {scale:g}: warming up with {queries[0]}: {text}"))
+        data["warm_up_s"] = time.perf_counter() - started
     for name in queries:
         def step(text: str, name=name) -> None:
             progress.update(task, description=f"SF {scale:g} {name}: {text}")
@@ -357,9 +367,9 @@ def run(args) -> int:
             task = progress.add_task("starting Spark", total=len(scales) * len(queries))
             spark = spark_ivm.session(warehouse=str(Path(warehouse).resolve()), log_level="ERROR")
             data["machine"] = machine(spark)
-            for scale in scales:
+            for i, scale in enumerate(scales):
                 run_scale(spark, scale, queries, args, progress, task, data,
-                          saved=lambda: save(data, Path(args.out), stamp))
+                          saved=lambda: save(data, Path(args.out), stamp), warm_up=i == 0)
     except BaseException as exc:  # Ctrl-C or a failure outside one query: report what was measured
         data["interrupted"] = one_line(exc) if str(exc) else type(exc).__name__
         console.print(f"[bold red]stopped: {escape(data['interrupted'])}[/]")

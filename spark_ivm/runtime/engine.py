@@ -523,13 +523,18 @@ class Engine:
         all views rather than one per view.
         """
         # Every batch first: the keys they hold bound the map rows the statements can join.
-        ranged: dict[str, set[str]] = {}  # source -> its batch columns that fix keys of maps
+        wanted: dict[tuple, tuple[list, set[str]]] = {}  # batch -> (its columns, those that fix keys of maps)
         for w in work:
             for table in w.changed:
-                ranged.setdefault(table, set()).update(c for _, fixed in _map_references(w, table) for _, c in fixed)
+                _, ranged = wanted.setdefault(w.batch_key(table), (w.entry.source_columns[table], set()))
+                ranged.update(c for _, fixed in _map_references(w, table) for _, c in fixed)
+        try:
+            run.consolidate(wanted)
+        except Exception:
+            for w in work:  # again one view at a time, so that the error names the view whose batch failed
+                self._attributed(w.entry, lambda: run.consolidate({k: wanted[k] for k in map(w.batch_key, w.changed)}))
+            raise
         for w in work:
-            for table in w.changed:
-                run.batch(table, w.applied[table] + 1, w.targets[table], w.entry.source_columns[table], ranged[table])
             w.bounds = self._map_bounds(w, run)
         read = [(w, name) for w in work for s in _statements_of(w) for name in _maps_read(s)]
         if reads_store_once(len(read)):
@@ -565,7 +570,7 @@ class Engine:
         (target map, statement number) -> SQL."""
         entry, table = w.entry, w.changed[step]
         # The consolidated batch is read by every statement of the trigger (and by other views).
-        batch_view = run.batch(table, w.applied[table] + 1, w.targets[table], entry.source_columns[table])
+        batch_view = run.batch(*w.batch_key(table), entry.source_columns[table])
         if not run.batch_rows[batch_view]:
             # The changes cancel out (a row inserted and deleted again): no statement has anything to add.
             w.versions[table] = w.targets[table]
@@ -598,7 +603,7 @@ class Engine:
         maps' rows of new keys, not all of them."""
         alternatives: dict[str, list[str] | None] = {}
         for table in w.changed:
-            batch = run.batch(table, w.applied[table] + 1, w.targets[table], w.entry.source_columns[table])
+            batch = run.batch(*w.batch_key(table), w.entry.source_columns[table])
             if not run.batch_rows[batch]:
                 continue  # no statement of this source runs
             ranges = run.batch_ranges[batch]
@@ -783,6 +788,10 @@ class _ViewRefresh:
     def __post_init__(self):
         self.versions = dict(self.applied)
 
+    def batch_key(self, table: str) -> tuple[str, int, int]:
+        """The changed source's batch: (table, first version, last version) to apply."""
+        return table, self.applied[table] + 1, self.targets[table]
+
 
 class _RefreshRun:
     """What the views of one REFRESH (or CREATE) statement share: each source's version and columns,
@@ -910,14 +919,20 @@ class _RefreshRun:
             self.pins[key] = self._register(reader.table(table))
         return self.pins[key]
 
-    def batch(self, table: str, start: int, end: int, columns, ranged=()) -> str:
-        """A temporary view of the consolidated changes of the table's versions start..end, with the range
-        of values of each `ranged` column (batch_ranges) when it is consolidated by this call."""
+    def batch(self, table: str, start: int, end: int, columns) -> str:
+        """A temporary view of the consolidated changes of the table's versions start..end."""
         key = (table, start, end)
         if key not in self.batches:
-            with self.timed("batches"):
-                self._consolidate(key, columns, ranged)
+            self.consolidate({key: (columns, ())})
         return self.batches[key]
+
+    def consolidate(self, wanted: dict[tuple, tuple]) -> None:
+        """Consolidate the batches {(table, start, end): (columns, ranged columns)} not consolidated yet,
+        with the range of values of each ranged column (batch_ranges)."""
+        with self.timed("batches"):
+            for key in wanted:
+                if key not in self.batches:
+                    self._consolidate(key, *wanted[key])
 
     def _consolidate(self, key: tuple, columns, ranged) -> None:
         table, start, end = key

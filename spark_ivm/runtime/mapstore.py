@@ -8,7 +8,9 @@ A map's value at a key is the SUM of its rows at that key: a refresh appends eac
 commit while a MERGE costs several Spark jobs to find and rewrite the rows it touches (measured with
 local Spark: about 0.4 s against 2.3 s for a few rows into a 20,000-row table). Every
 `COMPACT_EVERY`-th refresh of a store overwrites it with one row per key instead, dropping keys whose
-value reached 0, so the rows a read aggregates stay bounded.
+value reached 0, so the rows a read aggregates stay bounded. Building and compacting a store write its
+rows sorted by map and key (`key_order`) in files of bounded size, so that a refresh reading a map only
+at the keys its batches can join (`WHERE k BETWEEN …`, see `key_range_sql`) reads few of its files.
 
 Rows with a negative map_id are bookkeeping, also read as aggregates: a view's progress (per source
 table, the last Delta version applied: the MAX of its rows), the token of the view's catalog entry,
