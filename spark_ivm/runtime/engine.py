@@ -524,18 +524,19 @@ class Engine:
         """
         # Every batch first: the keys they hold bound the map rows the statements can join.
         wanted: dict[tuple, tuple[list, set[str]]] = {}  # batch -> (its columns, those that fix keys of maps)
-        for w in work:
+        references = [{table: _map_references(w, table) for table in w.changed} for w in work]
+        for w, refs in zip(work, references):
             for table in w.changed:
                 _, ranged = wanted.setdefault(w.batch_key(table), (w.entry.source_columns[table], set()))
-                ranged.update(c for _, fixed in _map_references(w, table) for _, c in fixed)
+                ranged.update(c for _, fixed in refs[table] for _, c in fixed)
         try:
             run.consolidate(wanted)
         except Exception:
             for w in work:  # again one view at a time, so that the error names the view whose batch failed
                 self._attributed(w.entry, lambda: run.consolidate({k: wanted[k] for k in map(w.batch_key, w.changed)}))
             raise
-        for w in work:
-            w.bounds = self._map_bounds(w, run)
+        for w, refs in zip(work, references):
+            w.bounds = self._map_bounds(w, run, refs)
         read = [(w, name) for w in work for s in _statements_of(w) for name in _maps_read(s)]
         if reads_store_once(len(read)):
             rows = dict.fromkeys(w.entry.layout.rows_of(name, w.bounds.get(name)) for w, name in read)
@@ -592,7 +593,7 @@ class Engine:
         return increments
 
     @staticmethod
-    def _map_bounds(w: "_ViewRefresh", run: "_RefreshRun") -> dict[str, str | None]:
+    def _map_bounds(w: "_ViewRefresh", run: "_RefreshRun", references: dict[str, list]) -> dict[str, str | None]:
         """Per map the refresh of a view reads: a condition on the store's columns that every row a
         statement can join holds for, or None where the whole map is needed.
 
@@ -600,14 +601,14 @@ class Engine:
         range of the batch's values in that column can join. A map read by several statements needs the
         rows any of them can join; one read whole by any of them is read whole. With the store written
         in key order, Delta skips the files of other keys: a batch of new orders reads the orders-keyed
-        maps' rows of new keys, not all of them."""
+        maps' rows of new keys, not all of them. `references`: per changed source, _map_references."""
         alternatives: dict[str, list[str] | None] = {}
         for table in w.changed:
             batch = run.batch(*w.batch_key(table), w.entry.source_columns[table])
             if not run.batch_rows[batch]:
                 continue  # no statement of this source runs
             ranges = run.batch_ranges[batch]
-            for name, fixed in _map_references(w, table):
+            for name, fixed in references[table]:
                 terms = [key_range_sql(key, *ranges[column]) for key, column in fixed if column in ranges]
                 if not terms:
                     alternatives[name] = None
