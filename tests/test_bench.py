@@ -185,6 +185,24 @@ def test_targets_say_which_hold_which_do_not_and_what_was_not_measured():
     assert "| at least 3x faster than recompute at SF 1 | - | - | q3, q10 |" in table
 
 
+def test_bounds_split_a_slower_refresh_into_fixed_steps_and_the_views_work():
+    fixed_bound = {**round_(1, "insert", 1.5, 1.0, 2.0),
+                   "steps": {"progress": 0.1, "batches": 0.5, "triggers": 0.4, "write": 0.5}}  # fixed 2.1 s
+    own_bound = {**round_(1, "insert", 4.0, 0.5, 3.0),
+                 "steps": {"batches": 0.5, "store read": 0.5, "triggers": 3.0}}  # view's work 3.5 s
+    faster = {**round_(1, "insert", 0.5, 0.1, 9.0), "steps": {"triggers": 0.5}}
+    summaries = [report.summarize(result(q, 1, [r])) for q, r in
+                 [("q6", fixed_bound), ("q3", own_bound), ("q1", faster)]]
+    rows = report.bounds(summaries)
+    assert [r["query"] for r in rows] == ["q3", "q6"]  # q1 is faster than recompute
+    q3, q6 = rows
+    assert q6["fixed_s"] == pytest.approx(2.1) and q6["own_s"] == pytest.approx(0.4)
+    assert q6["bound"] == "fixed steps alone"
+    assert q3["fixed_s"] == pytest.approx(1.0) and q3["own_s"] == pytest.approx(3.5)
+    assert q3["bound"] == "the view's work alone"
+    assert "| q6 | 1 | 2.50 | 2.00 | 2.10 | 0.40 | fixed steps alone |" in report.bounds_table(rows)
+
+
 def test_a_report_without_the_target_scales_lists_no_targets():
     text = report.markdown(sample_report())  # SF 0.01 and 0.1 only
     assert "Targets" not in text
