@@ -215,8 +215,9 @@ def bounds(summaries: list[dict]) -> list[dict]:
             continue
         fixed = sum(v for step, v in s["steps"].items() if step in FIXED_STEPS)
         own = s["refresh_s"] - fixed
-        bound = ("fixed steps alone" if fixed >= s["recompute_s"] else
-                 "the view's work alone" if own >= s["recompute_s"] else "both together")
+        fixed_bound, own_bound = fixed >= s["recompute_s"], own >= s["recompute_s"]
+        bound = ("each alone" if fixed_bound and own_bound else "fixed steps alone" if fixed_bound else
+                 "the view's work alone" if own_bound else "both together")
         rows.append({"query": s["query"], "scale": s["scale"], "refresh_s": s["refresh_s"],
                      "recompute_s": s["recompute_s"], "fixed_s": fixed, "own_s": own, "bound": bound})
     return rows

@@ -191,11 +191,13 @@ def test_bounds_split_a_slower_refresh_into_fixed_steps_and_the_views_work():
     own_bound = {**round_(1, "insert", 4.0, 0.5, 3.0),
                  "steps": {"batches": 0.5, "store read": 0.5, "triggers": 3.0}}  # view's work 3.5 s
     faster = {**round_(1, "insert", 0.5, 0.1, 9.0), "steps": {"triggers": 0.5}}
+    both = {**round_(1, "insert", 3.0, 1.0, 1.0), "steps": {"batches": 1.0, "triggers": 2.0}}  # 2 s each
     summaries = [report.summarize(result(q, 1, [r])) for q, r in
-                 [("q6", fixed_bound), ("q3", own_bound), ("q1", faster)]]
+                 [("q6", fixed_bound), ("q3", own_bound), ("q1", faster), ("q9", both)]]
     rows = report.bounds(summaries)
-    assert [r["query"] for r in rows] == ["q3", "q6"]  # q1 is faster than recompute
-    q3, q6 = rows
+    assert [r["query"] for r in rows] == ["q3", "q6", "q9"]  # q1 is faster than recompute
+    q3, q6, q9 = rows
+    assert q9["bound"] == "each alone"
     assert q6["fixed_s"] == pytest.approx(2.1) and q6["own_s"] == pytest.approx(0.4)
     assert q6["bound"] == "fixed steps alone"
     assert q3["fixed_s"] == pytest.approx(1.0) and q3["own_s"] == pytest.approx(3.5)
