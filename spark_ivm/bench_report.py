@@ -383,7 +383,8 @@ def markdown(report: dict) -> str:
         lines += ["", "What bounds the queries that are not faster than recompute (at the largest scale factor): the "
                   f"fixed steps ({', '.join(f'`{n}`' for n in FIXED_STEPS)}) are paid by every refresh whatever "
                   "the view; the view's work is the rest of refresh+read (store read, stages, triggers, other). "
-                  "The last column names the part that alone costs at least as much as running the query:",
+                  "The last column names the part that alone costs at least as much as running the query "
+                  "(each alone: both do; both together: neither does):",
                   "", bounds_table(slower)]
     unsupported = [s for s in summaries if s["status"] == UNSUPPORTED]
     if unsupported:
