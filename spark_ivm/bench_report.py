@@ -188,11 +188,17 @@ STEP_ORDER = ["progress", "look-ups", "batches", "store read", "source reads", "
               "read the view"]
 
 
+def with_steps_at_largest_scale(summaries: list[dict]) -> list[dict]:
+    """The summaries at the largest scale factor measured that have refresh steps, in query order."""
+    largest = max((s["scale"] for s in summaries), default=None)
+    return sorted((s for s in summaries if s["scale"] == largest and s.get("steps")),
+                  key=lambda s: query_order(s["query"]))
+
+
 def steps_table(summaries: list[dict]) -> str:
     """Where a refresh's time goes, per query at the largest scale factor measured: median seconds of each
     step REFRESH reports, and of reading the view afterwards."""
-    largest = max(s["scale"] for s in summaries)
-    rows = sorted((s for s in summaries if s["scale"] == largest and s.get("steps")), key=lambda s: query_order(s["query"]))
+    rows = with_steps_at_largest_scale(summaries)
     names = sorted(dict.fromkeys(step for s in rows for step in s["steps"]),
                    key=lambda n: STEP_ORDER.index(n) if n in STEP_ORDER else len(STEP_ORDER))
     body = [[s["query"], fmt_scale(s["scale"])] + [fmt_seconds(s["steps"].get(n)) for n in names] for s in rows]
@@ -208,10 +214,9 @@ def bounds(summaries: list[dict]) -> list[dict]:
     """For each query that is not faster than recompute at the largest scale factor measured: its refresh +
     read split into the fixed steps and the view's own work (the rest), and which of the two alone already
     costs at least as much as recomputing the query."""
-    largest = max((s["scale"] for s in summaries), default=None)
     rows = []
-    for s in sorted(summaries, key=lambda s: query_order(s["query"])):
-        if s["scale"] != largest or not s.get("steps") or s.get("speedup") is None or s["speedup"] >= 1:
+    for s in with_steps_at_largest_scale(summaries):
+        if s.get("speedup") is None or s["speedup"] >= 1:
             continue
         fixed = sum(v for step, v in s["steps"].items() if step in FIXED_STEPS)
         own = s["refresh_s"] - fixed
@@ -382,7 +387,8 @@ def markdown(report: dict) -> str:
     if slower:
         lines += ["", "What bounds the queries that are not faster than recompute (at the largest scale factor): the "
                   f"fixed steps ({', '.join(f'`{n}`' for n in FIXED_STEPS)}) are paid by every refresh whatever "
-                  "the view; the view's work is the rest of refresh+read (store read, stages, triggers, other). "
+                  f"the view; the view's work is the rest of refresh+read "
+                  f"({', '.join(n for n in STEP_ORDER if n not in FIXED_STEPS)}). "
                   "The last column names the part that alone costs at least as much as running the query "
                   "(each alone: both do; both together: neither does):",
                   "", bounds_table(slower)]
