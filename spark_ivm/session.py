@@ -89,6 +89,10 @@ logger.checkpointed.name = org.apache.spark.rdd.MapPartitionsRDD
 logger.checkpointed.level = error
 logger.datanucleus.name = DataNucleus
 logger.datanucleus.level = error
+# A sum over the rows above or below an uncorrelated value is a running sum over one sorted partition on
+# purpose (it replaces a join of every pair); the single-partition warning is noise.
+logger.window.name = org.apache.spark.sql.execution.window.WindowExec
+logger.window.level = error
 """
 
 

@@ -81,6 +81,14 @@ NESTED_QUERIES = [
     # MIN and MAX of a subquery, compared
     "SELECT a, b FROM R WHERE a = (SELECT MIN(r2.a) FROM R r2 WHERE r2.b = R.b)",
     "SELECT a, b FROM R WHERE a > (SELECT MAX(c) FROM S WHERE S.b = R.b)",
+    "WITH t AS (SELECT b AS k, SUM(a) AS x FROM R GROUP BY b) "
+    "SELECT S.c, t.x FROM S, t WHERE S.b = t.k AND t.x = (SELECT MAX(x) FROM t)",
+    "SELECT a FROM R WHERE a <= (SELECT MIN(c) FROM S)",
+    # sums over the rows above or below a value of the enclosing row
+    "SELECT SUM(a) FROM R WHERE 2 * (SELECT SUM(c) FROM S) > (SELECT SUM(c) FROM S s2 WHERE s2.b > R.b)",
+    "SELECT b, COUNT(*) FROM R WHERE (SELECT COUNT(*) FROM S WHERE S.c <= R.a) > 1 GROUP BY b",
+    "SELECT a, (SELECT SUM(c) FROM S WHERE S.b >= R.b AND S.c < R.a) AS below FROM R",
+    "SELECT a FROM R WHERE (SELECT SUM(c) FROM S WHERE S.b = R.b AND S.c < R.a) < 3",
     # EXISTS, IN, NOT IN
     "SELECT a, b FROM R WHERE EXISTS (SELECT 1 FROM S WHERE S.b = R.b)",
     "SELECT b, COUNT(*) FROM R WHERE NOT EXISTS (SELECT 1 FROM S WHERE S.b = R.b AND S.c > R.a) GROUP BY b",
