@@ -328,3 +328,21 @@ def test_a_variable_a_nested_aggregate_binds_by_a_lift_joins_after_it():
     e = parse("AggSum([], R(a, x) * (z ^= AggSum([x], S(c, d) * (x ^= c + d))) * {z > 0})")
     sql = statement_sql(e, [], _plain_sources({"R": ["a", "x"], "S": ["c", "d"]}))
     assert "CROSS JOIN" not in sql and " OVER (" not in sql
+
+
+def test_stages_are_given_with_their_aliases_numbered_in_order_of_use():
+    """The runtime computes a stage once per refresh however many statements make the same one; the numbers
+    of its aliases would otherwise depend on what each statement generated before it."""
+    from spark_ivm.runtime.sqlgen import canonical_aliases
+
+    sql = "SELECT t7.`t7` AS `t2`, 't7 t2' AS s FROM x AS t7 JOIN (SELECT t9.a FROM y AS t9) AS t2 ON t7.b <=> t2.a"
+    assert canonical_aliases(sql) == ("SELECT t1.`t7` AS `t2`, 't7 t2' AS s FROM x AS t1 "
+                                      "JOIN (SELECT t2.a FROM y AS t2) AS t3 ON t1.b <=> t3.a")
+    staged = []
+    sources = Sources(relation=quote, delta=lambda r: f"delta_{r}", map=quote,
+                      columns=lambda r: {"R": ["a", "b"], "S": ["a", "c"]}[r], map_keys=quote,
+                      stage=lambda sql: staged.append(sql) or f"stage{len(staged)}")
+    nested = "AggSum([], ΔR(a, b) * (z ^= AggSum([a], S(a, c) * c)) * {z > b})"
+    statement_sql(parse(nested), [], sources)
+    statement_sql(parse(f"AggSum([], ΔR(a, b) * b) + {nested}"), [], sources)  # more aliases before its stage
+    assert len(staged) == 2 and staged[0] == staged[1]

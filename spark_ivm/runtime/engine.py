@@ -431,7 +431,7 @@ class Engine:
             map=map_sql,
             columns=lambda rel: [c for c, _ in source_columns[relation_tables[rel]]],
             map_keys=lambda map_name: layout.map(map_name).keys,
-            stage=lambda sql: run.checkpoint(sql, step="stages"),
+            stage=run.stage,
             drives=lambda rel: 0 < run.batch_rows.get(deltas.get(rel), 0) <= BROADCAST_BATCH_ROWS,
         )
 
@@ -810,6 +810,7 @@ class _RefreshRun:
         self.batch_ranges: dict[str, dict[str, tuple[str | None, str | None]]] = {}
         self.pins: dict[tuple, str] = {}
         self.stores: dict[str, str] = {}  # map store -> checkpoint of the rows its maps are read from
+        self.stages: dict[str, str] = {}  # a statement's stage (its SELECT) -> its checkpoint
         self.store_versions: dict[str, int] = {}
         self.schemas: dict[str, list[list[str]] | None] = {}
         self.temporary: list[str] = []
@@ -878,6 +879,13 @@ class _RefreshRun:
         # as computed once.
         with self.timed(step):
             return self._register(self._local_checkpoint(sql))
+
+    def stage(self, sql: str) -> str:
+        """A stage of the statements' SQL (see sqlgen), computed once however many statements share it: the
+        statements of one view often re-evaluate the same nested aggregates for the same keys."""
+        if sql not in self.stages:
+            self.stages[sql] = self.checkpoint(sql, step="stages")
+        return self.stages[sql]
 
     def _local_checkpoint(self, sql: str):
         """The query's rows computed once now, read in at most checkpoint_partitions partitions.

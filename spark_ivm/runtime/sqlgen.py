@@ -33,6 +33,7 @@ subquery over it.
 from __future__ import annotations
 
 import datetime
+import re
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Callable, Sequence
@@ -95,6 +96,23 @@ def literal_sql(value: object) -> str:
     if isinstance(value, str):
         return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
     raise TypeError(f"no SQL literal for {value!r}")
+
+
+# A string literal, a quoted identifier or one of the table aliases SqlGen makes (`t12`).
+_ALIAS_TOKENS = re.compile(r"'(?:[^'\\]|\\.)*'|`(?:[^`]|``)*`|\bt\d+\b")
+
+
+def canonical_aliases(sql: str) -> str:
+    """The SELECT with its table aliases numbered in order of first use. A stage's aliases are its own, but
+    their numbers depend on what the statement generated before it: so numbered, the stages that several
+    statements of a refresh share are the same text, and the runtime computes each once."""
+    names: dict[str, str] = {}
+
+    def rename(m: re.Match) -> str:
+        token = m.group(0)
+        return token if token[0] in "'`" else names.setdefault(token, f"t{len(names) + 1}")
+
+    return _ALIAS_TOKENS.sub(rename, sql)
 
 
 _CMP_SQL = {"=": "=", "!=": "<>", "<": "<", "<=": "<=", ">": ">", ">=": ">="}
@@ -206,7 +224,7 @@ class SqlGen:
 
     def _stage(self, sql: str) -> str:
         if self.sources.stage is not None:
-            return self.sources.stage(sql)
+            return self.sources.stage(canonical_aliases(sql))
         name = f"stage{len(self._stages) + 1}"
         self._stages.append((name, sql))
         return name
@@ -377,7 +395,7 @@ class SqlGen:
         keys = tuple(v for v in domain.vars if v != x)
         value, op = ((comparison.left, comparison.op) if comparison.right == Var(x)
                      else (comparison.right, FLIPPED_CMP[comparison.op]))  # value op x
-        r = f"__r{self._alias()}"
+        r = f"__r_{x}"  # the value compared with x; a name of its own in the rows' scope
         rows = self.select(aggsum(keys + (r,), prod(*(f for f in factors if f is not comparison), lift(r, value))),
                            self._restricted(domain, keys))
         k = "".join(f"{quote(v)}, " for v in keys)
