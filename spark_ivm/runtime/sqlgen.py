@@ -191,16 +191,20 @@ def _is_pure(e: Expr) -> bool:
     return all(isinstance(x, (Const, Var, Fn, Cmp, Prod, Sum)) for x in e.walk())
 
 
+def _mentioning(v: str, factors: Sequence[Expr]) -> list[Expr]:
+    return [f for f in factors if v in all_vars(f)]
+
+
 def _bound_by_lift(v: str, factors: Sequence[Expr]) -> bool:
     """Whether, among the factors, only one lift `(v ^= t)` (t without v) and values mention v."""
-    using = [f for f in factors if v in all_vars(f)]
+    using = _mentioning(v, factors)
     lifts = [f for f in using if isinstance(f, Lift) and f.var == v and v not in all_vars(f.expr)]
     return len(lifts) == 1 and all(f is lifts[0] or _is_pure(f) for f in using)
 
 
 def _only_compared(v: str, factors: Sequence[Expr], correlated: Sequence[str]) -> Cmp | None:
     """The one factor mentioning v, if it is an inequality between v and a value of no correlated variable."""
-    using = [f for f in factors if v in all_vars(f)]
+    using = _mentioning(v, factors)
     if len(using) != 1 or not isinstance(using[0], Cmp) or using[0].op not in ("<", "<=", ">", ">="):
         return None
     c = using[0]
@@ -402,8 +406,9 @@ class SqlGen:
         # A binding (__p = 1) sums the rows sorted before it; at its own value, a strict comparison puts it first.
         order = ("ASC" if op in ("<", "<=") else "DESC") + (", __p DESC" if op in ("<", ">") else ", __p ASC")
         partition = f"PARTITION BY {k[:-2]} " if keys else ""
-        both = (f"SELECT {k}{quote(x)} AS __r, 1 AS __p, NULL AS {VALUE} FROM {domain.table} AS d WHERE {quote(x)} IS NOT NULL "
-                f"UNION ALL SELECT {k}{quote(r)} AS __r, 0 AS __p, {VALUE} FROM ({rows.sql}) AS i WHERE {quote(r)} IS NOT NULL")
+        both = (f"SELECT {k}{quote(x)} AS __r, 1 AS __p, NULL AS {VALUE} FROM {domain.table} AS d "
+                f"WHERE {quote(x)} IS NOT NULL UNION ALL "
+                f"SELECT {k}{quote(r)} AS __r, 0 AS __p, {VALUE} FROM ({rows.sql}) AS i WHERE {quote(r)} IS NOT NULL")
         running = (f"SELECT {k}__r, __p, SUM({VALUE}) OVER ({partition}ORDER BY __r {order} "
                    f"ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS {VALUE} FROM ({both}) AS b")
         return _Select(f"SELECT {k}__r AS {quote(x)}, {VALUE} FROM ({running}) AS s WHERE __p = 1", keys + (x,))
