@@ -346,3 +346,16 @@ def test_stages_are_given_with_their_aliases_numbered_in_order_of_use():
     statement_sql(parse(nested), [], sources)
     statement_sql(parse(f"AggSum([], ΔR(a, b) * b) + {nested}"), [], sources)  # more aliases before its stage
     assert len(staged) == 2 and staged[0] == staged[1]
+
+
+def test_nested_values_on_the_same_variables_share_one_stage():
+    """AVG per key is a sum and a count, each re-evaluated for the keys a batch changes: both read the
+    distinct keys of one stage of the rows joined so far, not a stage each."""
+    staged = []
+    sources = Sources(relation=quote, delta=lambda r: f"delta_{r}", map=quote,
+                      columns=lambda r: {"R": ["a", "b"], "S": ["a", "c"]}[r], map_keys=quote,
+                      stage=lambda sql: staged.append(sql) or f"stage{len(staged)}")
+    e = parse("AggSum([], ΔR(a, b) * (z1 ^= AggSum([a], S(a, c) * c)) * (z2 ^= AggSum([a], S(a, c))) * {b < z1 / z2})")
+    sql = statement_sql(e, [], sources)
+    assert len(staged) == 1
+    assert sql.count("SELECT DISTINCT `a` FROM stage1") == 2

@@ -156,6 +156,9 @@ class _Scope:
     # whole second map on every refresh (TPC-H Q10 at SF 1: minutes, spilling to disk).
     driven: bool = False
     broadcast: str | None = None  # the alias of the broadcast rows joined so far
+    # The distinct bindings the last correlated part was evaluated for. Later joins only filter or repeat
+    # the rows (the variables' values stay), so they still hold every binding a later part needs.
+    domain: "_Domain | None" = None
 
     def add_source(self, table_sql: str, alias: str, on: list[str]) -> None:
         if not self.sources:
@@ -346,12 +349,18 @@ class SqlGen:
         return tuple(v for v in all_vars(e) if v in scope.columns)
 
     def _domain(self, scope: _Scope, names: Sequence[str]) -> _Domain:
-        """Turn the scope into a stage that the scope then reads; the stage's distinct bindings of names."""
+        """Turn the scope into a stage that the scope then reads; the stage's distinct bindings of names. A
+        scope's correlated parts on the same variables (or fewer of them) share one stage: TPC-H Q17's
+        AVG is a sum and a count, Q18's HAVING three sums, each re-evaluated for the keys a batch changes."""
+        if scope.domain is not None and set(names) <= set(scope.domain.vars):
+            return self._restricted(scope.domain, tuple(v for v in scope.domain.vars if v in names))
         stage = self._stage(scope.sql())
         scope.read_from(stage, self._alias())
         distinct = f"SELECT DISTINCT {', '.join(quote(n) for n in names)} FROM {stage}"
         # Over a computed stage, a domain costs one aggregation wherever it is read: not worth computing apart.
-        return _Domain(f"({distinct})" if self.sources.stage else self._stage(distinct), tuple(names), scope.driven)
+        scope.domain = _Domain(f"({distinct})" if self.sources.stage else self._stage(distinct), tuple(names),
+                               scope.driven)
+        return scope.domain
 
     def _nest(self, scope: _Scope) -> None:
         """Make the rows the scope has joined so far one subquery, broadcast to the join that follows."""
