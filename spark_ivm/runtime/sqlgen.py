@@ -205,16 +205,19 @@ def _bound_by_lift(v: str, factors: Sequence[Expr]) -> bool:
     return len(lifts) == 1 and all(f is lifts[0] or _is_pure(f) for f in using)
 
 
-def _only_compared(v: str, factors: Sequence[Expr], correlated: Sequence[str]) -> Cmp | None:
-    """The one factor mentioning v, if it is an inequality between v and a value of no correlated variable."""
+def _only_compared(v: str, factors: Sequence[Expr], correlated: Sequence[str]) -> tuple[Cmp, Expr, str] | None:
+    """The one factor mentioning v, if it is an inequality between v and a value t of no correlated variable;
+    with t and the comparison as `t op v`."""
     using = _mentioning(v, factors)
     if len(using) != 1 or not isinstance(using[0], Cmp) or using[0].op not in ("<", "<=", ">", ">="):
         return None
     c = using[0]
-    other = c.left if c.right == Var(v) else c.right if c.left == Var(v) else None
-    if other is None or not _is_pure(other) or set(all_vars(other)) & set(correlated):
+    if Var(v) not in (c.left, c.right):
         return None
-    return c
+    value, op = (c.left, c.op) if c.right == Var(v) else (c.right, FLIPPED_CMP[c.op])
+    if not _is_pure(value) or set(all_vars(value)) & set(correlated):
+        return None
+    return c, value, op
 
 
 class SqlGen:
@@ -308,7 +311,7 @@ class SqlGen:
             self._bind(scope, table, alias, list(zip(f.vars, columns)))
             if isinstance(f, DeltaRel):
                 scope.weights.append(f"{alias}.{MULTIPLICITY}")
-                if first and self.sources.drives is not None and self.sources.drives(f.name):
+                if first and self._batch_only(f):
                     scope.driven = True
         elif isinstance(f, MapRef):
             alias = self._alias()
@@ -404,10 +407,8 @@ class SqlGen:
         compared = next(((v, c) for v in domain.vars if (c := _only_compared(v, factors, domain.vars))), None)
         if compared is None:
             return self.select(e, domain)
-        x, comparison = compared
+        x, (comparison, value, op) = compared  # value op x
         keys = tuple(v for v in domain.vars if v != x)
-        value, op = ((comparison.left, comparison.op) if comparison.right == Var(x)
-                     else (comparison.right, FLIPPED_CMP[comparison.op]))  # value op x
         r = f"__r_{x}"  # the value compared with x; a name of its own in the rows' scope
         rows = self.select(aggsum(keys + (r,), prod(*(f for f in factors if f is not comparison), lift(r, value))),
                            self._restricted(domain, keys))
