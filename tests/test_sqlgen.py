@@ -21,7 +21,9 @@ pa = pytest.importorskip("pyarrow")
 from spark_ivm import compile_view
 from spark_ivm.calculus_parser import parse
 from spark_ivm.evaluator import Database, apply_batch, evaluate_map, initial_maps
-from spark_ivm.runtime.sqlgen import MULTIPLICITY, VALUE, Sources, quote, statement_sql
+from spark_ivm.runtime.sqlgen import (
+    MULTIPLICITY, VALUE, Sources, quote, shared_products, statement_sql, with_shared,
+)
 
 from corpus import NESTED_QUERIES, QUERIES, SCHEMAS
 from test_tpch_compile import apply
@@ -149,14 +151,18 @@ def same(got: dict, want: dict) -> bool:
     return all(math.isclose(float(got[k]), float(want[k]), rel_tol=1e-9, abs_tol=1e-9) for k in want)
 
 
-def expressions(plan):
-    """(label, expr, keys, when) of every map definition and statement; `when` says which state the
-    expression reads: "now" (definitions), "batch" (`+=`, before the batch) or "after" (`:=`)."""
-    out = [(f"map {m.name}", m.definition, m.keys, "now") for m in plan.maps]
+def expressions(plan, sources: Sources, runtime_form: bool = False):
+    """(label, expr, keys, when, SQL) of every map definition and statement; `when` says which state the
+    expression reads: "now" (definitions), "batch" (`+=`, before the batch) or "after" (`:=`). In the
+    runtime's form a trigger's statements share the products they have in common (shared_products)."""
+    out = [(f"map {m.name}", m.definition, m.keys, "now", lambda m=m: statement_sql(m.definition, m.keys, sources))
+           for m in plan.maps]
     for t in plan.triggers:
-        for i, s in enumerate(t.statements):
-            out.append((f"ON {t.relation} #{i} {s.target} {s.op}", s.expr, s.keys,
-                        "batch" if s.op == "+=" else "after"))
+        shared, made = shared_products(t.statements, exact=lambda m: True) if runtime_form else ({}, t.statements)
+        reading = with_shared(sources, shared)
+        for i, (s, r) in enumerate(zip(t.statements, made)):
+            out.append((f"ON {t.relation} #{i} {s.target} {s.op}", s.expr, s.keys, "batch" if s.op == "+=" else "after",
+                        lambda r=r, reading=reading: statement_sql(r.expr, r.keys, reading)))
     return out
 
 
@@ -167,9 +173,9 @@ class Checker:
         self.plan, self.duck = plan, duck
         sources = duck.sources(plan, runtime_form)
         self.compiled = []  # (label, expression, keys, when, DuckDB SQL, the stages it reads)
-        for label, e, keys, when in expressions(plan):
+        for label, e, keys, when, make in expressions(plan, sources, runtime_form):
             duck.stages = []
-            sql = to_duckdb(statement_sql(e, keys, sources))
+            sql = to_duckdb(make())
             self.compiled.append((label, e, keys, when, sql, duck.stages))
 
     def check(self, db: Database, when: str, relation: str | None = None) -> list[str]:
@@ -251,10 +257,11 @@ def _tpch_arrow_type(sql_type: str):
     return {"INT": pa.int64(), "BIGINT": pa.int64(), "DATE": pa.date32()}.get(sql_type, pa.string())
 
 
-# ~50 s of CPU for the 22 queries (the reference evaluator on 8-table joins): on demand.
+# ~50 s of CPU per form for the 22 queries (the reference evaluator on 8-table joins): on demand.
 @pytest.mark.on_demand
 @pytest.mark.parametrize("name", [f"q{n}" for n in range(1, 23)])
-def test_generated_sql_of_tpch_plans_equals_the_reference_evaluator(name):
+@pytest.mark.parametrize("runtime_form", [False, True], ids=["", "runtime form"])
+def test_generated_sql_of_tpch_plans_equals_the_reference_evaluator(name, runtime_form):
     from test_tpch_compile import COLUMNS, apply, random_batch, random_table
 
     from spark_ivm.tpch import read_query
@@ -273,7 +280,7 @@ def test_generated_sql_of_tpch_plans_equals_the_reference_evaluator(name):
             batch = random_batch(rng, table, current[table])
             apply(current[table], batch)
             batches.append((table, batch))
-        failures += [f"depth {depth}: {f}" for f in run_scenario(plan, Checker(plan, duck), relations, batches)]
+        failures += [f"depth {depth}: {f}" for f in run_scenario(plan, Checker(plan, duck, runtime_form), relations, batches)]
     assert not failures, "\n".join(failures[:5])
 
 
@@ -359,3 +366,36 @@ def test_nested_values_on_the_same_variables_share_one_stage():
     sql = statement_sql(e, [], sources)
     assert len(staged) == 1
     assert sql.count("SELECT DISTINCT `a` FROM stage1") == 2
+
+
+# -- products shared by the statements of a trigger ----------------------------------------------------------
+
+GROUPED_JOIN = "SELECT R.b, COUNT(*), SUM(R.a), SUM(S.c) FROM R, S WHERE R.b = S.b GROUP BY R.b"
+
+
+def _trigger(plan, relation):
+    return next(t for t in plan.triggers if t.relation == relation)
+
+
+def test_statements_summing_different_values_over_the_same_joins_share_them():
+    """ΔR joins q_count_mR[r_b] for COUNT(*), SUM(R.a) and its non-NULL count alike: one shared product
+    per binding of r_b and the value a, which the three statements then sum their values over."""
+    statements = _trigger(compile_view(GROUPED_JOIN, SCHEMAS), "R").statements
+    shared, made = shared_products(statements, exact=lambda m: True)
+    assert list(shared) == ["__shared0"]
+    keys, definition = shared["__shared0"]
+    assert keys == ("r_b", "a")
+    assert {str(x) for x in definition.walk() if type(x).__name__ in ("DeltaRel", "MapRef")} == {
+        "ΔR(a, r_b)", "q_count_mR[r_b]"}
+    reading = [s.target for s in made if "__shared0" in str(s.expr)]
+    assert reading == ["q_count", "q_sum_1", "q_nn_1"]
+    assert [s for s in made if s.target not in reading] == [s for s in statements if s.target not in reading]
+
+
+def test_only_products_joining_a_map_or_table_with_integral_weights_are_shared():
+    statements = _trigger(compile_view(GROUPED_JOIN, SCHEMAS), "R").statements
+    # Decimal map values: a shared product would round its sums otherwise than each statement does.
+    assert shared_products(statements, exact=lambda m: False) == ({}, list(statements))
+    # A batch alone: its aggregates are cheap, a shared product would only add a stage.
+    alone = _trigger(compile_view("SELECT b, COUNT(*), SUM(a) FROM R GROUP BY b", SCHEMAS), "R").statements
+    assert shared_products(alone, exact=lambda m: True) == ({}, list(alone))

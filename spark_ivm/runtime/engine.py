@@ -35,12 +35,13 @@ from spark_ivm.heuristics import (
     STORE_FILE_ROWS, checkpoint_partitions, default_depth_plan, reads_source_once, reads_store_once,
 )
 from spark_ivm.plan import Plan
+from spark_ivm.printer import to_text
 from spark_ivm.runtime import sources as source_tables
 from spark_ivm.runtime.mapstore import (
     COMPACT_EVERY, ENTRY_TOKEN, SEQUENCE, SEQUENCE_ID, StoreColumns, StoredMap, StoreLayout, append_sql, bookkeeping_sql,
     compact_sql, key_column, key_range_sql, live_rows_sql, ordered_rows_sql, sequence_sql, staged_sql,
 )
-from spark_ivm.runtime.sqlgen import VALUE, Sources, literal_sql, quote, statement_sql
+from spark_ivm.runtime.sqlgen import VALUE, Sources, literal_sql, quote, shared_products, statement_sql, with_shared
 from spark_ivm.runtime.statements import (
     CreateView, DropView, ExplainView, RefreshAll, RefreshView, ShowViews,
 )
@@ -583,7 +584,9 @@ class Engine:
         # A re-evaluation (:=) computes the map's new contents, so it reads this source after its batch.
         after = self._sources(entry.sources, entry.source_columns, {**w.versions, table: w.targets[table]},
                               entry.layout, run, deltas, w.pending, w.bounds)
-        statements = _statements_of(w, table)
+        # Statements that sum different values over the same joins compute the joins once (see sqlgen).
+        shared, statements = self._shared_products(entry, _statements_of(w, table))
+        sources = with_shared(sources, shared)
         increments = {(s.target, i): entry.layout.rows_sql(
                           s.target, self._statement_increments(entry, s, after if s.op == ":=" else sources),
                           store_columns)
@@ -591,6 +594,11 @@ class Engine:
         # Only now: `sources` reads the versions when the statements' SQL is made.
         w.versions[table] = w.targets[table]
         return increments
+
+    @staticmethod
+    def _shared_products(entry: ViewEntry, statements):
+        """shared_products of a trigger's statements, sharing the products whose maps hold integers."""
+        return shared_products(statements, exact=lambda m: entry.layout.map(m).value_type in _INTEGRAL_TYPES)
 
     @staticmethod
     def _map_bounds(w: "_ViewRefresh", run: "_RefreshRun", references: dict[str, list]) -> dict[str, str | None]:
@@ -770,7 +778,16 @@ class Engine:
         lines = [f"-- incremental view {e.name} (map store {e.store})"]
         for m in e.layout.maps:
             lines.append(f"-- map {m.name}[{', '.join(m.keys)}]: {counts.get(m.map_id, 0)} rows, value {m.value_type}")
-        return "\n".join(lines) + "\n" + e.plan.explain()
+        shared = []
+        for t in e.plan.triggers:
+            products, made = self._shared_products(e, t.statements)
+            for product, (keys, definition) in products.items():
+                readers = ", ".join(s.target for s in made if product in _maps_read(s))
+                shared.append(f"ON BATCH OF {t.relation}: {product}[{', '.join(keys)}] := {to_text(definition)};"
+                              f"  -- read by {readers}")
+        if shared:
+            shared.insert(0, "\n-- products the statements of a trigger share, computed once per refresh")
+        return "\n".join(lines) + "\n" + e.plan.explain() + "\n".join(shared)
 
 
 @dataclass
@@ -1119,9 +1136,12 @@ def _ordered_tables(entry: ViewEntry) -> list[str]:
     return list(dict.fromkeys(entry.sources[t.relation] for t in entry.plan.triggers))
 
 
+_INTEGRAL_TYPES = ("bigint", "int", "smallint", "tinyint")
+
+
 def _value_type(type_sql: str) -> str:
     # Integral sums are BIGINT already; keep the exact type Spark gave otherwise.
-    return "bigint" if type_sql in ("int", "smallint", "tinyint") else type_sql
+    return "bigint" if type_sql in _INTEGRAL_TYPES else type_sql
 
 
 def read_view_sql(entry: ViewEntry) -> str:

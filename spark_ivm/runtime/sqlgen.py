@@ -33,8 +33,11 @@ subquery over it.
 from __future__ import annotations
 
 import datetime
+import functools
+import operator
 import re
-from dataclasses import dataclass, field
+from collections import Counter
+from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from typing import Callable, Sequence
 
@@ -125,6 +128,84 @@ def statement_sql(e: Expr, keys: Sequence[str], sources: Sources, consolidated: 
     with their keys and values, for a caller that sums them per key itself (one aggregation for many
     statements instead of one each)."""
     return SqlGen(sources).statement(e, keys, consolidated)
+
+
+# Shared products of a trigger: name -> (keys, definition), read by its statements as maps.
+SharedProducts = dict[str, tuple[tuple[str, ...], Expr]]
+
+
+def shared_products(statements: Sequence, exact: Callable[[str], bool]) -> tuple[SharedProducts, list]:
+    """The `+=` statements of one trigger with the products they share computed once.
+
+    Statements that differ only in the values they sum (a view's COUNT, SUM and non-NULL counts; TPC-H
+    Q8's five maps over one 8-way join) would each evaluate the same joins. Where two or more terms
+    `AggSum(K, H * v_i)` share their keys K and their factors H other than pure values v_i (and H joins a
+    table or map, not only the batch), H becomes one shared product `s[K, V] := AggSum(K + V, H * c)` (V:
+    the variables the v_i read, c: the values all of them multiply by), and each term
+    `AggSum(K, s[K, V] * v_i)`: the sum of H's rows per binding of K and V, times v_i, is their sum.
+
+    exact(map): whether the map's values are integers. A shared product multiplies the summed weights of
+    H's rows by v_i, where the term multiplied each row's weight by v_i; with integral weights the two
+    are the same numbers, while decimal weights may be rounded differently (Spark cuts the scale of a
+    product beyond 38 digits), so H is shared only when every map in it is exact.
+
+    Returns ({shared name: (its keys, its definition)}, the statements reading them)."""
+    groups: dict[tuple, list[tuple[int, int, tuple[Expr, ...]]]] = {}  # (K, H) -> (statement, term, v)
+    terms_of = []
+    rewritten: set[int] = set()
+    for i, s in enumerate(statements):
+        terms = s.expr.terms if isinstance(s.expr, Sum) else (s.expr,)
+        terms_of.append(list(terms))
+        if s.op != "+=":
+            continue
+        for j, t in enumerate(terms):
+            group, body = (t.group, t.expr) if isinstance(t, AggSum) else (tuple(s.keys), t)
+            if set(group) != set(s.keys):
+                continue
+            factors = factors_of(body)
+            heavy = tuple(f for f in factors if not _is_pure(f))
+            if _shareable(heavy, exact):
+                groups.setdefault((tuple(s.keys), heavy), []).append((i, j, tuple(f for f in factors if _is_pure(f))))
+    shared: SharedProducts = {}
+    for (keys, heavy), members in groups.items():
+        if len(members) < 2:
+            continue
+        common = functools.reduce(operator.and_, (Counter(values) for _, _, values in members))
+        own = [list((Counter(values) - common).elements()) for _, _, values in members]
+        read = tuple(dict.fromkeys(v for values in own for f in values for v in all_vars(f) if v not in keys))
+        name = f"__shared{len(shared)}"
+        shared[name] = (keys + read, aggsum(keys + read, prod(*heavy, *common.elements())))
+        for (i, j, _), values in zip(members, own):
+            terms_of[i][j] = aggsum(keys, prod(MapRef(name, keys + read), *values))
+            rewritten.add(i)
+    return shared, [replace(s, expr=terms[0] if len(terms) == 1 else Sum(tuple(terms))) if i in rewritten else s
+                    for i, (s, terms) in enumerate(zip(statements, terms_of))]
+
+
+def with_shared(sources: Sources, shared: SharedProducts) -> Sources:
+    """Sources that also read shared products (see shared_products) as maps keyed by their variables: each
+    computed once, as a stage, when a statement first reads it (a subquery where stages are CTEs)."""
+    if not shared:
+        return sources
+
+    def map_sql(name: str) -> str:
+        if name not in shared:
+            return sources.map(name)
+        keys, definition = shared[name]
+        sql = statement_sql(definition, keys, sources)
+        return sources.stage(canonical_aliases(sql)) if sources.stage is not None else f"({sql})"
+
+    return replace(sources, map=map_sql,
+                   map_keys=lambda name: shared[name][0] if name in shared else sources.map_keys(name))
+
+
+def _shareable(heavy: tuple[Expr, ...], exact: Callable[[str], bool]) -> bool:
+    """Whether a product's non-value factors are worth sharing and safe to: they join a table or a map, and
+    each adds no weight (relations, batches, lifts, conditions) or an integral one (maps exact(map))."""
+    if not any(isinstance(f, (Rel, MapRef)) for f in heavy):
+        return False
+    return all(isinstance(f, (Rel, DeltaRel, Lift, Cmp)) or (isinstance(f, MapRef) and exact(f.name))
+               for f in heavy)
 
 
 @dataclass(frozen=True)
