@@ -280,7 +280,8 @@ def test_generated_sql_of_tpch_plans_equals_the_reference_evaluator(name, runtim
             batch = random_batch(rng, table, current[table])
             apply(current[table], batch)
             batches.append((table, batch))
-        failures += [f"depth {depth}: {f}" for f in run_scenario(plan, Checker(plan, duck, runtime_form), relations, batches)]
+        checker = Checker(plan, duck, runtime_form)
+        failures += [f"depth {depth}: {f}" for f in run_scenario(plan, checker, relations, batches)]
     assert not failures, "\n".join(failures[:5])
 
 
