@@ -39,7 +39,7 @@ from spark_ivm.printer import to_text
 from spark_ivm.runtime import sources as source_tables
 from spark_ivm.runtime.mapstore import (
     COMPACT_EVERY, ENTRY_TOKEN, SEQUENCE, SEQUENCE_ID, StoreColumns, StoredMap, StoreLayout, append_sql, bookkeeping_sql,
-    compact_sql, key_column, key_member_sql, key_range_sql, live_rows_sql, ordered_rows_sql, sequence_sql, staged_sql,
+    compact_sql, key_column, key_range_sql, live_rows_sql, ordered_rows_sql, sequence_sql, staged_sql,
 )
 from spark_ivm.runtime.sqlgen import VALUE, Sources, literal_sql, quote, shared_products, statement_sql, with_shared
 from spark_ivm.runtime.statements import (
@@ -538,14 +538,10 @@ class Engine:
             raise
         for w, refs in zip(work, references):
             w.bounds = self._map_bounds(w, run, refs)
-        read = [(i, name) for i, w in enumerate(work) for s in _statements_of(w) for name in _maps_read(s)]
+        read = [(w, name) for w in work for s in _statements_of(w) for name in _maps_read(s)]
         if reads_store_once(len(read)):
-            # The copy keeps only the rows at the batches' own key values, not all of their ranges: keys
-            # spread over the whole map (Q17's parts of new lineitems) make a range that skips nothing.
-            members = [self._map_bounds(w, run, refs, members=True) for w, refs in zip(work, references)]
-            rows = dict.fromkeys(work[i].entry.layout.rows_of(name, work[i].bounds.get(name)) for i, name in read)
-            kept = dict.fromkeys(work[i].entry.layout.rows_of(name, members[i].get(name)) for i, name in read)
-            run.read_store_once(work[0].entry.store, " OR ".join(rows), " OR ".join(kept))
+            rows = dict.fromkeys(w.entry.layout.rows_of(name, w.bounds.get(name)) for w, name in read)
+            run.read_store_once(work[0].entry.store, " OR ".join(rows))
         for step in range(max(len(w.changed) for w in work)):
             read_later = []  # (view, its increments of this step) for views with sources still to apply
             for w in work:
@@ -605,8 +601,7 @@ class Engine:
         return shared_products(statements, exact=lambda m: entry.layout.map(m).value_type in _INTEGRAL_TYPES)
 
     @staticmethod
-    def _map_bounds(w: "_ViewRefresh", run: "_RefreshRun", references: dict[str, list],
-                    members: bool = False) -> dict[str, str | None]:
+    def _map_bounds(w: "_ViewRefresh", run: "_RefreshRun", references: dict[str, list]) -> dict[str, str | None]:
         """Per map the refresh of a view reads: a condition on the store's columns that every row a
         statement can join holds for, or None where the whole map is needed.
 
@@ -614,21 +609,15 @@ class Engine:
         range of the batch's values in that column can join. A map read by several statements needs the
         rows any of them can join; one read whole by any of them is read whole. With the store written
         in key order, Delta skips the files of other keys: a batch of new orders reads the orders-keyed
-        maps' rows of new keys, not all of them. `references`: per changed source, _map_references.
-
-        members: also require each fixed key to be one of the batch's values (when the batch is small
-        enough to broadcast), which Delta cannot skip files by but which leaves fewer rows to copy."""
+        maps' rows of new keys, not all of them. `references`: per changed source, _map_references."""
         alternatives: dict[str, list[str] | None] = {}
         for table in w.changed:
             batch = run.batch(*w.batch_key(table), w.entry.source_columns[table])
             if not run.batch_rows[batch]:
                 continue  # no statement of this source runs
             ranges = run.batch_ranges[batch]
-            small = members and run.batch_rows[batch] <= BROADCAST_BATCH_ROWS
             for name, fixed in references[table]:
                 terms = [key_range_sql(key, *ranges[column]) for key, column in fixed if column in ranges]
-                if small:
-                    terms += [key_member_sql(key, batch, column) for key, column in fixed]
                 if not terms:
                     alternatives[name] = None
                 elif alternatives.get(name, []) is not None:
@@ -925,13 +914,11 @@ class _RefreshRun:
         checkpointed = _without_inflated_size_estimate(self.spark, self.spark.sql(sql).localCheckpoint())
         return checkpointed.coalesce(checkpoint_partitions(self.spark.conf.get("spark.sql.shuffle.partitions", None)))
 
-    def read_store_once(self, table: str, rows: str, kept: str | None = None) -> None:
+    def read_store_once(self, table: str, rows: str) -> None:
         """From now on, read the maps of the store from one checkpoint of the rows the condition `rows`
-        holds for (see heuristics), of those only the rows `kept` holds for. Delta skips files by `rows`
-        alone: a condition with a subquery anywhere in it skips none."""
-        where = f"({rows}) AND ({kept})" if kept and kept != rows else rows
+        holds for (see heuristics)."""
         self.stores[table] = self.checkpoint(
-            f"SELECT * FROM {self.pinned(table, self.store_versions.get(table))} WHERE {where}", step="store read")
+            f"SELECT * FROM {self.pinned(table, self.store_versions.get(table))} WHERE {rows}", step="store read")
 
     def read_source_once(self, table: str, version: int) -> None:
         """From now on, read this table's version from one checkpoint of its rows (see heuristics)."""

@@ -163,12 +163,6 @@ def key_range_sql(column: str, low_sql: str | None, high_sql: str | None) -> str
     return f"({column} IS NULL OR {column} BETWEEN {low_sql} AND {high_sql})"
 
 
-def key_member_sql(column: str, batch: str, batch_column: str) -> str:
-    """A condition on a store key column that holds for every key that joins a value of the batch's column
-    (NULL-safely, so a NULL key is kept)."""
-    return f"({column} IS NULL OR {column} IN (SELECT {quote(batch_column)} FROM {batch}))"
-
-
 def bookkeeping_row_sql(map_id: int, src: str, version: int, store: StoreColumns) -> str:
     cols = []
     for col, type_sql in store.columns:
