@@ -8,7 +8,7 @@ The scale factor is SPARK_IVM_TPCH_SF (default 0.01: 60,000 lineitems, and every
 has rows at that scale); SPARK_IVM_TPCH_QUERIES (e.g. "q1,q3,q6") runs some of the queries only.
 Each of the five changes is refreshed and compared on its own, so that a view wrong after one kind of
 change is caught there; SPARK_IVM_TPCH_BATCHES=grouped applies them in two REFRESHes instead (inserts and
-updates, then deletions), which takes about ten minutes less."""
+updates, then deletions), which takes about half as long."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ import pytest
 from spark_ivm import tpch
 from spark_ivm.bench import REL_TOL  # sums added in another order may differ in their last digits
 
-# End to end: part of ./build.sh test (about 25 minutes of it on 2 cores); alone: ./build.sh test -m runtime -k tpch
+# End to end: part of ./build.sh test (about 30 minutes of it on 2 cores); alone: ./build.sh test -m runtime -k tpch
 pytestmark = pytest.mark.runtime
 
 SCALE = float(os.environ.get("SPARK_IVM_TPCH_SF", "0.01"))
