@@ -39,7 +39,7 @@ from spark_ivm.printer import to_text
 from spark_ivm.runtime import sources as source_tables
 from spark_ivm.runtime.mapstore import (
     COMPACT_EVERY, ENTRY_TOKEN, SEQUENCE, SEQUENCE_ID, StoreColumns, StoredMap, StoreLayout, append_sql, bookkeeping_sql,
-    compact_sql, key_column, key_range_sql, live_rows_sql, ordered_rows_sql, sequence_sql, staged_sql,
+    compact_sql, key_column, key_range_sql, live_rows_sql, ordered_rows_sql, sequence_sql, staged_sql, union_sql,
 )
 from spark_ivm.runtime.sqlgen import VALUE, Sources, literal_sql, quote, shared_products, statement_sql, with_shared
 from spark_ivm.runtime.statements import (
@@ -552,7 +552,8 @@ class Engine:
                     else:
                         w.increments += rows.values()
             if read_later:
-                view = self._materialize(run, [(w.entry, " UNION ALL ".join(rows.values())) for w, rows in read_later])
+                view = self._materialize(run, [(w.entry, union_sql(list(rows.values()), run.tasks))
+                                               for w, rows in read_later])
                 for w, rows in read_later:
                     layout = w.entry.layout
                     for target in dict.fromkeys(target for target, _ in rows):
@@ -562,7 +563,7 @@ class Engine:
         # Materialized once: the write must not evaluate the triggers' joins again, and its row count
         # is then cheap to take.
         parts = [(w.entry, staged_sql(w.increments, [w.entry.layout.progress_sql(w.targets, store_columns)],
-                                      store_columns)) for w in work]
+                                      store_columns, run.tasks)) for w in work]
         parts.append((work[0].entry, sequence_sql(sequence, store_columns)))
         return self._materialize(run, parts)
 
@@ -639,7 +640,7 @@ class Engine:
         """One checkpointed temporary view of the UNION ALL of the views' parts. If Spark fails, each
         part is tried alone, so that the error names the view that caused it."""
         try:
-            return run.checkpoint(" UNION ALL ".join(sql for _, sql in parts), step="triggers")
+            return run.checkpoint(union_sql([sql for _, sql in parts], run.tasks), step="triggers")
         except Exception as exc:
             if len(parts) > 1:
                 for entry, sql in parts:
@@ -912,7 +913,12 @@ class _RefreshRun:
         per partition, and the store's append write a file per partition. Coalescing after the
         checkpoint keeps its computation parallel (a coalesce to more partitions changes nothing)."""
         checkpointed = _without_inflated_size_estimate(self.spark, self.spark.sql(sql).localCheckpoint())
-        return checkpointed.coalesce(checkpoint_partitions(self.spark.conf.get("spark.sql.shuffle.partitions", None)))
+        return checkpointed.coalesce(self.tasks)
+
+    @property
+    def tasks(self) -> int:
+        """How many tasks read a checkpoint or a union of a refresh's statements (checkpoint_partitions)."""
+        return checkpoint_partitions(self.spark.conf.get("spark.sql.shuffle.partitions", None))
 
     def read_store_once(self, table: str, rows: str) -> None:
         """From now on, read the maps of the store from one checkpoint of the rows the condition `rows`
