@@ -4,6 +4,8 @@ partitioned (pure Python)."""
 
 from __future__ import annotations
 
+import sqlglot
+
 from spark_ivm import compile_view
 from spark_ivm.analysis import map_key_bindings
 from spark_ivm.calculus import aggsum, cmp, delta_rel, exists, lift, map_ref, prod, rel, sum_, var
@@ -11,7 +13,7 @@ from spark_ivm.heuristics import (
     DEFAULT_CHECKPOINT_PARTITIONS, SHARED_SOURCE_READ_MAX_BYTES, checkpoint_partitions, reads_source_once, reads_store_once,
 )
 from spark_ivm.runtime.engine import _maps_read
-from spark_ivm.runtime.mapstore import key_range_sql
+from spark_ivm.runtime.mapstore import key_range_sql, union_sql
 
 SCHEMAS = {"R": ["A", "B"], "S": ["B", "C"]}
 
@@ -46,6 +48,16 @@ def test_a_checkpoint_is_read_in_as_many_partitions_as_a_shuffle_makes():
     assert checkpoint_partitions("0") == 1
     assert checkpoint_partitions("auto") == DEFAULT_CHECKPOINT_PARTITIONS
     assert checkpoint_partitions(None) == DEFAULT_CHECKPOINT_PARTITIONS
+
+
+def test_a_union_of_increments_is_read_in_as_many_tasks_as_a_checkpoint():
+    # Every task of a union's stage deserializes all its branches: many statements are read in few tasks.
+    parts = ["SELECT 1 AS x", "SELECT 2 AS x", "SELECT 3 AS x"]
+    sql = union_sql(parts, 2)
+    tree = sqlglot.parse_one(sql, read="spark")
+    assert tree.args["hint"].sql(dialect="spark") == "/*+ COALESCE(2) */"
+    assert sorted(s.sql() for s in tree.find(sqlglot.exp.Subquery).this.find_all(sqlglot.exp.Select)) == parts
+    assert union_sql(parts[:1], 2) == parts[0]  # one statement: no union to coalesce
 
 
 def test_creating_a_view_reads_a_small_source_once_when_its_maps_refer_to_it_twice():
