@@ -552,8 +552,8 @@ class Engine:
                     else:
                         w.increments += rows.values()
             if read_later:
-                view = self._materialize(run, [(w.entry, union_sql(list(rows.values()), run.tasks))
-                                               for w, rows in read_later])
+                # _materialize coalesces the union of all views' increments: no union of its own per view.
+                view = self._materialize(run, [(w.entry, " UNION ALL ".join(rows.values())) for w, rows in read_later])
                 for w, rows in read_later:
                     layout = w.entry.layout
                     for target in dict.fromkeys(target for target, _ in rows):
