@@ -109,6 +109,7 @@ def refresh(spark, view: str, store: str) -> dict:
     return {"refresh_s": m.seconds, "refresh_jobs": m.jobs, "commits": store_version(spark, store) - before,
             "rows_written": int(stats[0]["rows_written"] or 0) if stats else 0,
             "refresh_status": stats[0]["status"] if stats else None,
+            "execution": stats[0]["execution"] if stats else None,
             "steps": json.loads(stats[0]["steps"]) if stats else {}}
 
 

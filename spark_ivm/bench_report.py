@@ -69,6 +69,8 @@ def summarize(result: dict) -> dict:
         "nochange_jobs": result.get("nochange_jobs"),
         "nochange_commits": result.get("nochange_commits"),
         "steps": median_steps(rounds),
+        # how the refreshes ran their Spark plans: interpreted, compiled, or both at different rounds
+        "execution": "/".join(sorted({r["execution"] for r in rounds if r.get("execution")})) or None,
     }
 
 

@@ -127,3 +127,20 @@ def checkpoint_partitions(shuffle_partitions: str | None) -> int:
 # Smaller files skip more precisely but each file read costs a little: at TPC-H SF 1, Q12's 6.1 million
 # map rows become about 60 files.
 STORE_FILE_ROWS = 100_000
+
+
+# A refresh runs its Spark plans interpreted, generating and compiling no code, when the Delta tables it
+# may scan beyond its batches (its map store, and the source tables its statements read) hold at most
+# this many bytes. A refresh plans 150-odd small stages, and compiling their code was the largest share
+# of its time on 2 cores (31 % of the driver's samples for TPC-H q7 at SF 0.01). Per row, compiled code
+# is faster, so the bound sits between two measurements (2 cores, 3 rounds of a 0.1 % insert and delete):
+# q7 at SF 0.01, a 2.5 MB store, refreshed interpreted in 14.6-18.3 s every round; compiled, 30.5 s the
+# first time in a session (a scheduled job's only refresh) and 12.8-18.8 s once its code was cached (see
+# spark_ivm.session). q3 at SF 1, a 34 MB store: interpreted 6.8-13.4 s, compiled 5.7-11.5 s.
+INTERPRETED_MAX_BYTES = 16 * 1024 * 1024
+
+
+def runs_interpreted(bytes_scanned: int | None) -> bool:
+    """Whether a refresh that may scan `bytes_scanned` bytes of Delta tables (None: not known) runs its
+    plans interpreted."""
+    return bytes_scanned is not None and bytes_scanned <= INTERPRETED_MAX_BYTES

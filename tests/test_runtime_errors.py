@@ -24,6 +24,7 @@ from spark_ivm import (
 
 DB = "ivm_errors"
 CATALOG_CONF = "spark.ivm.catalog"
+CODEGEN_CONF = "spark.ivm.codegen"
 WITNESS_QUERY = "SELECT g, COUNT(*) AS n, SUM(v) AS s FROM base GROUP BY g"
 
 
@@ -301,3 +302,39 @@ def test_other_views_untouched_and_refreshable(ivm):
     spark.sql("DELETE FROM base WHERE g = 'y'")
     assert spark.sql("REFRESH INCREMENTAL VIEW witness").collect()[0]["status"] == "refreshed"
     assert assert_view_is_query(spark, "witness", WITNESS_QUERY) == sorted([(None, 2, 3), ("x", 2, 5)], key=row_key)
+
+
+def test_refresh_runs_small_views_interpreted_unless_set(ivm):
+    """A refresh of small tables runs its plans interpreted; spark.ivm.codegen = on / off overrides that,
+    any other value is an error naming the setting, and the session's own codegen settings are as they
+    were after every refresh."""
+    spark = ivm
+    spark.sql("CREATE TABLE cg (g INT, v INT) USING delta")
+    spark.sql("INSERT INTO cg VALUES (1, 1), (2, NULL)")
+    query = "SELECT g, COUNT(*) AS n, SUM(v) AS s FROM cg GROUP BY g"
+    spark.sql(f"CREATE INCREMENTAL VIEW cgv AS {query}")
+    before = spark.conf.get("spark.sql.codegen.wholeStage")
+
+    def refresh():
+        return spark.sql("REFRESH INCREMENTAL VIEW cgv").collect()[0]
+
+    try:
+        for setting, execution, change in [(None, "interpreted", "INSERT INTO cg VALUES (1, 5), (3, 3)"),
+                                           ("on", "compiled", "DELETE FROM cg WHERE g = 1"),
+                                           ("off", "interpreted", "UPDATE cg SET v = 7 WHERE v IS NULL")]:
+            if setting:
+                spark.conf.set(CODEGEN_CONF, setting)
+            spark.sql(change)
+            status = refresh()
+            assert (status["status"], status["execution"]) == ("refreshed", execution), setting
+            assert spark.conf.get("spark.sql.codegen.wholeStage") == before
+            assert_view_is_query(spark, "cgv", query)
+        assert refresh()["execution"] is None  # up to date: nothing ran
+        spark.conf.set(CODEGEN_CONF, "fast")
+        spark.sql("INSERT INTO cg VALUES (4, 4)")
+        with pytest.raises(IVMError, match=r"spark\.ivm\.codegen must be auto, on or off, not 'fast'"):
+            refresh()
+    finally:
+        spark.conf.unset(CODEGEN_CONF)
+    assert refresh()["status"] == "refreshed"
+    assert assert_view_is_query(spark, "cgv", query) == [(2, 1, 7), (3, 1, 3), (4, 1, 4)]

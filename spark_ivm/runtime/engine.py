@@ -29,10 +29,10 @@ from spark_ivm.compiler import compile_query
 from spark_ivm.errors import (
     InvalidQueryError, IVMError, ParseError, RefreshError, UnknownTableError, UnknownViewError, UnsupportedQueryError, ViewExistsError,
 )
-from spark_ivm.analysis import map_key_bindings, map_names
+from spark_ivm.analysis import map_key_bindings, map_names, relations
 from spark_ivm.calculus import Rel
 from spark_ivm.heuristics import (
-    STORE_FILE_ROWS, checkpoint_partitions, default_depth_plan, reads_source_once, reads_store_once,
+    STORE_FILE_ROWS, checkpoint_partitions, default_depth_plan, reads_source_once, reads_store_once, runs_interpreted,
 )
 from spark_ivm.plan import Plan
 from spark_ivm.printer import to_text
@@ -58,6 +58,10 @@ LOOKUP_THREADS = 4  # catalog and Delta log look-ups in flight at once (each mos
 # of the triggers' small joins into a job of its own: with it off a refresh of a two-table join view ran
 # 31 jobs in 9.5 s instead of 50 in 12–15 s (2 cores, 20,000 rows, a 5-row batch).
 REFRESH_SETTINGS = {"spark.sql.adaptive.enabled": "false"}
+# Session settings for a refresh that runs its plans interpreted (see heuristics.runs_interpreted): no
+# whole-stage code, and expressions evaluated without generating code for them either.
+INTERPRETED_SETTINGS = {"spark.sql.codegen.wholeStage": "false", "spark.sql.codegen.factoryMode": "NO_CODEGEN"}
+CODEGEN_CONF = "spark.ivm.codegen"  # auto (default), on (always compiled) or off (always interpreted)
 # Session settings for writing a map store: files of bounded size, so that a store written in key order
 # has files that each hold a narrow range of keys (see mapstore.key_order).
 STORE_WRITE_SETTINGS = {"spark.sql.files.maxRecordsPerFile": str(STORE_FILE_ROWS)}
@@ -136,11 +140,12 @@ class Engine:
 
     def _stats_frame(self, stats: list[dict]):
         rows = [(s["view"], s["status"], json.dumps(s["versions"]), s["rows_written"], float(s["seconds"]),
-                 json.dumps(s.get("steps", {})))
+                 json.dumps(s.get("steps", {})), s.get("execution"))
                 for s in stats]
         return _local_frame(
             self.spark, rows,
-            "view STRING, status STRING, source_versions STRING, rows_written BIGINT, seconds DOUBLE, steps STRING")
+            "view STRING, status STRING, source_versions STRING, rows_written BIGINT, seconds DOUBLE, steps STRING, "
+            "execution STRING")
 
     # -- names ---------------------------------------------------------------------------------------
     def qualify(self, name: str) -> str:
@@ -494,24 +499,43 @@ class Engine:
                 work.append(_ViewRefresh(entry, applied, targets, changed))
             else:
                 stats[entry.name] = self._stats(entry, "up to date", applied, 0, started)
-        staged = self._staged(work, sequence + 1, store_columns, run) if work else None
-        _crash_point("after_deltas")
-        if staged:
-            _crash_point("before_write")
-            try:
-                tag = f"spark_ivm refresh {sequence + 1} {uuid.uuid4().hex}"
-                with run.timed("write"):
-                    written = self._write(store, store_columns, staged, sequence + 1, tag)
-            except Exception as exc:
-                raise _refresh_failure(work[0].entry, exc) from exc
-            self._written[store] = (tag, store_version + 1, _progress_after(progress, work, sequence + 1))
-            _crash_point("after_write")
-            for w in work:
-                stats[w.entry.name] = self._stats(w.entry, "refreshed", w.targets, written, started)
+        execution = self._execution(run, store, work) if work else None
+        with _session_settings(self.spark, INTERPRETED_SETTINGS if execution == "interpreted" else {}):
+            staged = self._staged(work, sequence + 1, store_columns, run) if work else None
+            _crash_point("after_deltas")
+            if staged:
+                _crash_point("before_write")
+                try:
+                    tag = f"spark_ivm refresh {sequence + 1} {uuid.uuid4().hex}"
+                    with run.timed("write"):
+                        written = self._write(store, store_columns, staged, sequence + 1, tag)
+                except Exception as exc:
+                    raise _refresh_failure(work[0].entry, exc) from exc
+                self._written[store] = (tag, store_version + 1, _progress_after(progress, work, sequence + 1))
+                _crash_point("after_write")
+                for w in work:
+                    stats[w.entry.name] = {**self._stats(w.entry, "refreshed", w.targets, written, started),
+                                           "execution": execution}
         steps = run.step_seconds(time.perf_counter() - started)
         for s in stats.values():
             s["steps"] = steps
         return [stats[e.name] for e in entries]
+
+    def _execution(self, run: "_RefreshRun", store: str, work: list["_ViewRefresh"]) -> str:
+        """How the refresh's Spark plans run: "interpreted" or "compiled" (see heuristics.runs_interpreted),
+        unless the session setting spark.ivm.codegen says "on" (compiled) or "off" (interpreted)."""
+        chosen = self.spark.conf.get(CODEGEN_CONF, "auto").strip().lower()
+        if chosen not in ("auto", "on", "off"):
+            raise IVMError(f"{CODEGEN_CONF} must be auto, on or off, not {chosen!r}")
+        if chosen == "auto":
+            # The store as pinned, and the source tables statements read whole (first-order maintenance,
+            # re-evaluation): what a refresh may scan beyond its batches.
+            tables = {(store, run.store_versions.get(store))} | {
+                (w.entry.sources[r], w.targets[w.entry.sources[r]])
+                for w in work for s in _statements_of(w) for r in relations(s.expr)}
+            sizes = [run.size_bytes(t, v) for t, v in sorted(tables, key=repr)]
+            chosen = "off" if runs_interpreted(None if None in sizes else sum(sizes)) else "on"
+        return "interpreted" if chosen == "off" else "compiled"
 
     def _staged(self, work: list["_ViewRefresh"], sequence: int, store_columns: StoreColumns,
                 run: "_RefreshRun") -> str:
@@ -578,8 +602,7 @@ class Engine:
             # The changes cancel out (a row inserted and deleted again): no statement has anything to add.
             w.versions[table] = w.targets[table]
             return {}
-        relations = _relations_of(entry, table)
-        deltas = {r: batch_view for r in relations}
+        deltas = {r: batch_view for r in _relations_of(entry, table)}
         sources = self._sources(entry.sources, entry.source_columns, w.versions, entry.layout, run, deltas,
                                 w.pending, w.bounds)
         # A re-evaluation (:=) computes the map's new contents, so it reads this source after its batch.
@@ -884,6 +907,12 @@ class _RefreshRun:
         if table not in self.schemas:
             self.schemas[table] = self.columns_now(table)
         return self.schemas[table]
+
+    def size_bytes(self, table: str, version: int | None) -> int | None:
+        """The table's size in bytes at the version, from its Delta snapshot (nothing is scanned); None where
+        Spark does not tell (Spark Connect)."""
+        jdf = getattr(self.spark.table(self.pinned(table, version)), "_jdf", None)
+        return None if jdf is None else int(jdf.queryExecution().optimizedPlan().stats().sizeInBytes())
 
     def _register(self, df) -> str:
         name = f"__ivm_{self.run_id}_{len(self.temporary)}"
