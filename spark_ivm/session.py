@@ -60,10 +60,6 @@ _BASE_CONF: dict[str, str] = {
     # Delta's default of 50 snapshot partitions makes every read of a small
     # table about a second slower.
     "spark.databricks.delta.snapshotPartitions": "2",
-    # A refresh plans 150-odd stages and Spark compiles each one's generated code; its default cache of
-    # 100 compiled classes was thrashed by every refresh. Kept, a view's later refreshes reuse them: TPC-H
-    # q7 at SF 0.01 refreshed in 12.8-18.8 s after the first, against 18.0-22.7 s.
-    "spark.sql.codegen.cache.maxEntries": "4096",
     "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
     "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
     "spark.databricks.delta.properties.defaults.enableChangeDataFeed": "true",
