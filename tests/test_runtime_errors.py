@@ -304,10 +304,10 @@ def test_other_views_untouched_and_refreshable(ivm):
     assert assert_view_is_query(spark, "witness", WITNESS_QUERY) == sorted([(None, 2, 3), ("x", 2, 5)], key=row_key)
 
 
-def test_refresh_runs_small_views_interpreted_unless_set(ivm):
-    """A refresh of small tables runs its plans interpreted; spark.ivm.codegen = on / off overrides that,
-    any other value is an error naming the setting, and the session's own codegen settings are as they
-    were after every refresh."""
+def test_refresh_runs_its_plans_as_codegen_is_set(ivm):
+    """A refresh runs its plans compiled by default; spark.ivm.codegen = auto runs those of small tables
+    interpreted, off all of them; any other value is an error naming the setting; and the session's own
+    codegen settings are as they were after every refresh."""
     spark = ivm
     spark.sql("CREATE TABLE cg (g INT, v INT) USING delta")
     spark.sql("INSERT INTO cg VALUES (1, 1), (2, NULL)")
@@ -319,9 +319,11 @@ def test_refresh_runs_small_views_interpreted_unless_set(ivm):
         return spark.sql("REFRESH INCREMENTAL VIEW cgv").collect()[0]
 
     try:
-        for setting, execution, change in [(None, "interpreted", "INSERT INTO cg VALUES (1, 5), (3, 3)"),
-                                           ("on", "compiled", "DELETE FROM cg WHERE g = 1"),
-                                           ("off", "interpreted", "UPDATE cg SET v = 7 WHERE v IS NULL")]:
+        for setting, execution, change in [(None, "compiled", "INSERT INTO cg VALUES (1, 5), (3, 3)"),
+                                           ("auto", "interpreted", "DELETE FROM cg WHERE g = 1"),
+                                           ("off", "interpreted", "UPDATE cg SET v = 7 WHERE v IS NULL"),
+                                           ("on", "compiled", "INSERT INTO cg VALUES (5, 5)"),
+                                           ("auto", "interpreted", "DELETE FROM cg WHERE g = 5")]:
             if setting:
                 spark.conf.set(CODEGEN_CONF, setting)
             spark.sql(change)
