@@ -131,14 +131,14 @@ STORE_FILE_ROWS = 100_000
 
 # With spark.ivm.codegen = auto (not the default, see runtime.engine.CODEGEN_DEFAULT), a refresh runs its
 # Spark plans interpreted, generating and compiling no code, when the Delta tables it may scan beyond its
-# batches (its map store, and the source tables its statements read) hold at most this many bytes. A refresh plans 150-odd small stages, and compiling their code was the largest share
-# of its time on 2 cores (31 % of the driver's samples for TPC-H q7 at SF 0.01). Per row, compiled code
-# is faster, so the bound sits between two measurements (2 cores, 3 rounds of a 0.1 % insert and delete):
-# q7 at SF 0.01, a 2.5 MB store, refreshed interpreted in 14.6-18.3 s every round; compiled, 30.5 s the
-# first time in a session (a scheduled job's only refresh), 18.0-22.8 s after it, and 12.8-18.8 s with
-# Spark's cache of compiled code raised from 100 classes to 4,096 (not set: its memory over a long session
-# is not measured). q3 at SF 1, a 34 MB store: interpreted 6.8-13.4 s, compiled 5.7-11.5 s (with the
-# larger cache).
+# batches (its map store, and the source tables its statements read) hold at most this many bytes. A
+# refresh plans 150-odd small stages, and compiling their code was the largest share of its time on 2
+# cores (31 % of the driver's samples for TPC-H q7 at SF 0.01). Per row, compiled code is faster, so the
+# bound sits between two measurements (2 cores, 3 rounds of a 0.1 % insert and delete): q7 at SF 0.01, a
+# 2.5 MB store, refreshed interpreted in 14.6-18.3 s every round; compiled, 28.8 s the first time in a
+# session (a scheduled job's only refresh) and 18.0-22.8 s after it (12.8-18.8 s with Spark's cache of
+# compiled code raised from 100 classes to 4,096, which is not set: its memory over a long session is not
+# measured). q3 at SF 1, a 34 MB store, with that cache: interpreted 6.8-13.4 s, compiled 5.7-11.5 s.
 INTERPRETED_MAX_BYTES = 16 * 1024 * 1024
 
 
