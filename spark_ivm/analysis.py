@@ -232,30 +232,66 @@ def map_key_bindings(e: Expr) -> list[tuple[str, tuple[tuple[int, str, int], ...
     """Every map reference in e, with the keys a batch fixes: (map name, ((key position, delta relation,
     column position), …)) for each reference, in order.
 
-    A key is fixed when the reference is a factor of a product that also has a batch ΔR sharing the key's
-    variable: the product joins them on it, so only the map's rows whose key is among the batch's values
-    in that column can contribute. A reference anywhere else (inside a lift, an existence test, a nested
-    aggregate, or a product without a batch) fixes nothing: the tuple is empty."""
+    A key is fixed where its variable can only hold a value of a batch column, so that only the map's
+    rows whose key is among the batch's values in that column can contribute:
+    - the reference is a factor of a product whose other factors are non-zero only where the variable
+      holds such a value (batch_columns): a batch ΔR sharing the variable, or a restriction to the keys
+      a batch affects, such as `Exists(AggSum([k], ΔR(…k…)))`; the product is zero elsewhere;
+    - or it is nested (in a lift, an existence test, a nested aggregate) in a factor to the right of such
+      a factor: factors bind variables left to right, and a nested reference reads the bound value.
+    Anything else fixes nothing: the tuple is empty."""
     found: list[tuple[str, tuple[tuple[int, str, int], ...]]] = []
 
-    def visit(node: Expr) -> None:
+    def fixed(ref: MapRef, columns: dict[str, tuple[str, int]]) -> tuple[tuple[int, str, int], ...]:
+        return tuple((i, *columns[k]) for i, k in enumerate(ref.keys) if k in columns)
+
+    def visit(node: Expr, bound: dict[str, tuple[str, int]]) -> None:
+        """bound: the variables bound to batch columns by the enclosing products' factors to the left."""
         if isinstance(node, MapRef):
-            found.append((node.name, ()))
+            found.append((node.name, fixed(node, bound)))
             return
         if not isinstance(node, Prod):
             for child in node.children():
-                visit(child)
+                visit(child, bound)
             return
-        columns: dict[str, tuple[str, int]] = {}  # variable -> the first batch column binding it
+        anywhere = dict(bound)  # variable -> the first batch column binding it, by any factor
         for f in node.factors:
-            if isinstance(f, DeltaRel):
-                for position, v in enumerate(f.vars):
-                    columns.setdefault(v, (f.name, position))
+            if not isinstance(f, MapRef):
+                for v, column in batch_columns(f).items():
+                    anywhere.setdefault(v, column)
+        left = dict(bound)
         for f in node.factors:
             if isinstance(f, MapRef):
-                found.append((f.name, tuple((i, *columns[k]) for i, k in enumerate(f.keys) if k in columns)))
+                found.append((f.name, fixed(f, anywhere)))
             else:
-                visit(f)
+                visit(f, left)
+                for v, column in batch_columns(f).items():
+                    left.setdefault(v, column)
 
-    visit(e)
+    visit(e, {})
     return found
+
+
+def batch_columns(e: Expr) -> dict[str, tuple[str, int]]:
+    """Output variables of e that hold a value of a batch column wherever e is non-zero: variable ->
+    (delta relation, column position). A product is non-zero only where each factor is; a sum only where
+    some term is, so a sum binds a variable only where all its terms bind it to the same column."""
+    if isinstance(e, DeltaRel):
+        columns: dict[str, tuple[str, int]] = {}
+        for position, v in enumerate(e.vars):
+            columns.setdefault(v, (e.name, position))
+        return columns
+    if isinstance(e, Prod):
+        columns = {}
+        for f in e.factors:
+            for v, column in batch_columns(f).items():
+                columns.setdefault(v, column)
+        return columns
+    if isinstance(e, AggSum):
+        return {v: c for v, c in batch_columns(e.expr).items() if v in e.group}
+    if isinstance(e, Exists):
+        return batch_columns(e.expr)
+    if isinstance(e, Sum) and e.terms:
+        first, *rest = (batch_columns(t) for t in e.terms)
+        return {v: c for v, c in first.items() if all(other.get(v) == c for other in rest)}
+    return {}

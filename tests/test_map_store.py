@@ -1,6 +1,6 @@
 """The map store's write path on Spark: appends that sum per key, compaction, the refresh sequence that
 makes a write exactly once, cached catalog entries checked against the store, and a store laid out by key
-so that a refresh reads only the files of the keys its batches touch."""
+so that a refresh reads only the files of the keys its batches touch, and copies only those keys' rows."""
 
 from __future__ import annotations
 
@@ -73,22 +73,32 @@ def test_appends_and_compactions_keep_the_view_equal_to_its_query(ivm):
     assert spark.sql("REFRESH INCREMENTAL VIEW v").collect()[0]["status"] == "up to date"
 
 
+def _store_reads(spark, monkeypatch, store: str) -> list[tuple[int, int, int, int]]:
+    """Records, for each refresh that reads the store once, (rows it copies, files it reads, the store's
+    rows, the store's files), the store taken as first created. Counted while the refresh runs: the
+    condition refers to the refresh's own batches."""
+    read = []
+
+    def spy(run, table, rows, kept=None):
+        assert table.endswith(store)
+        before = spark.read.format("delta").option("versionAsOf", 0).table(table)
+        needed = before.where(rows) if kept is None else before.where(rows).where(kept)  # as the refresh reads it
+        read.append((needed.count(), len(needed.inputFiles()), before.count(), len(before.inputFiles())))
+        return real(run, table, rows, kept)
+
+    real = engine._RefreshRun.read_store_once
+    monkeypatch.setattr(engine._RefreshRun, "read_store_once", spy)
+    return read
+
+
 def test_a_refresh_reads_only_the_store_files_of_the_keys_its_batch_touches(ivm, monkeypatch):
     spark = ivm
     # Files of 50 rows, so that a small store has many (the default is sized for millions of map rows).
     monkeypatch.setitem(engine.STORE_WRITE_SETTINGS, "spark.sql.files.maxRecordsPerFile", "50")
-    read = []  # the condition each refresh reads the store's rows with
-
-    def spy(run, table, rows):
-        read.append((table, rows))
-        return real(run, table, rows)
-
-    real = engine._RefreshRun.read_store_once
-    monkeypatch.setattr(engine._RefreshRun, "read_store_once", spy)
+    read = _store_reads(spark, monkeypatch, "v__ivm_maps")
     spark.sql("INSERT INTO r SELECT CAST(id AS INT), CAST(id % 7 AS INT) FROM range(1000)")
     spark.sql("INSERT INTO s SELECT CAST(id AS INT), CAST(id % 5 AS INT), CAST(id % 3 AS INT) FROM range(1000)")
     spark.sql(f"CREATE INCREMENTAL VIEW v AS {QUERY}")
-    store = "v__ivm_maps"
     # New keys and a deleted one at the top of the range, and a NULL key (which joins NULL-safely in
     # the maps).
     spark.sql("INSERT INTO r VALUES (990, 5), (995, 1), (NULL, 4)")
@@ -96,12 +106,18 @@ def test_a_refresh_reads_only_the_store_files_of_the_keys_its_batch_touches(ivm,
     spark.sql("DELETE FROM s WHERE k = 980")
     assert spark.sql("REFRESH INCREMENTAL VIEW v").collect()[0]["status"] == "refreshed"
     assert _bag(spark.table("v")) == _bag(spark.sql(QUERY))
-    assert read and read[0][0].endswith(store)
-    before = spark.read.format("delta").option("versionAsOf", 0).table(store)
-    needed = before.where(read[0][1])
     # The maps keyed by k are read at the batches' keys (980…995 and NULL), not at all 1,000.
-    assert needed.count() < 0.1 * before.count()
-    assert len(needed.inputFiles()) < 0.2 * len(before.inputFiles())
+    (copied, files, rows, all_files), = read
+    assert copied < 0.1 * rows
+    assert files < 0.2 * all_files
+    # Keys at both ends of the range: Delta skips no file, but only the rows of the batch's keys are
+    # copied.
+    spark.sql("INSERT INTO r VALUES (3, 5), (996, 1)")
+    spark.sql("INSERT INTO s VALUES (2, 2, 1)")
+    assert spark.sql("REFRESH INCREMENTAL VIEW v").collect()[0]["status"] == "refreshed"
+    assert _bag(spark.table("v")) == _bag(spark.sql(QUERY))
+    copied, files, rows, all_files = read[1]
+    assert copied < 0.1 * rows
 
 
 def test_a_write_tagged_with_a_used_sequence_number_is_skipped(ivm):

@@ -13,7 +13,7 @@ from spark_ivm.heuristics import (
     DEFAULT_CHECKPOINT_PARTITIONS, SHARED_SOURCE_READ_MAX_BYTES, checkpoint_partitions, reads_source_once, reads_store_once,
 )
 from spark_ivm.runtime.engine import _maps_read
-from spark_ivm.runtime.mapstore import key_range_sql, union_sql
+from spark_ivm.runtime.mapstore import key_range_sql, key_set_sql, union_sql
 
 SCHEMAS = {"R": ["A", "B"], "S": ["B", "C"]}
 
@@ -80,11 +80,11 @@ def test_a_batch_fixes_the_keys_of_a_map_it_joins_in_one_product():
 
 def test_a_map_read_outside_a_product_with_a_batch_fixes_no_key():
     batch = delta_rel("S", "B", "C")
-    # The same variable, but the map is inside a nested aggregate, an existence test or a lift: its
-    # own product has no batch, so all of its rows may matter.
-    nested = aggsum([], prod(batch, lift("X", aggsum(["B"], map_ref("m", "B"))), cmp(">", var("X"), var("C"))))
+    # The same variable, but the map is inside a nested aggregate, an existence test or a lift to the
+    # left of the batch: B is not bound yet there, the aggregate sums over all of it.
+    nested = aggsum([], prod(lift("X", aggsum([], map_ref("m", "B"))), batch, cmp(">", var("X"), var("C"))))
     assert map_key_bindings(nested) == [("m", ())]
-    assert map_key_bindings(prod(batch, exists(map_ref("m", "B")))) == [("m", ())]
+    assert map_key_bindings(prod(exists(aggsum([], map_ref("m", "B"))), batch)) == [("m", ())]
     # A sum's terms are products of their own: a term without the batch fixes nothing.
     either = prod(sum_(prod(batch, map_ref("m", "B")), prod(rel("R", "A", "B"), map_ref("m", "B"))))
     assert map_key_bindings(either) == [("m", ((0, "S", 0),)), ("m", ())]
@@ -92,6 +92,33 @@ def test_a_map_read_outside_a_product_with_a_batch_fixes_no_key():
     assert map_key_bindings(prod(batch, map_ref("m", "D"))) == [("m", ())]
 
 
-def test_a_key_range_keeps_null_keys_which_join_null_safely():
+def test_a_map_read_nested_right_of_a_batch_reads_its_keys():
+    # Factors bind left to right: a nested aggregate after the batch reads m at the batch's B.
+    batch = delta_rel("S", "B", "C")
+    nested = aggsum([], prod(batch, lift("X", aggsum(["B"], map_ref("m", "B"))), cmp(">", var("X"), var("C"))))
+    assert map_key_bindings(nested) == [("m", ((0, "S", 0),))]
+    assert map_key_bindings(prod(batch, exists(map_ref("m", "B")))) == [("m", ((0, "S", 0),))]
+    # Deeper: the binding reaches through nested products and sums.
+    deep = prod(batch, lift("X", aggsum([], sum_(prod(rel("R", "A", "B"), map_ref("m", "A", "B")), map_ref("n", "B")))))
+    assert map_key_bindings(deep) == [("m", ((1, "S", 0),)), ("n", ((0, "S", 0),))]
+
+
+def test_a_restriction_to_the_keys_a_batch_affects_fixes_the_keys_it_binds():
+    # A re-evaluation per affected key (TPC-H Q17): the product reads n and m only at the keys B of the
+    # batch, through an existence test of aggregates of the batch, not through the batch itself.
+    affected = exists(sum_(exists(aggsum(["B"], delta_rel("S", "B", "C"))),
+                           exists(aggsum(["B"], prod(delta_rel("S", "B", "C"), var("C"))))))
+    per_key = aggsum([], prod(affected, lift("X", aggsum(["B"], map_ref("n", "B"))), map_ref("m", "B", "D")))
+    assert map_key_bindings(per_key) == [("n", ((0, "S", 0),)), ("m", ((0, "S", 0),))]
+    # Terms that bind the key to different columns (or one that does not bind it) fix nothing.
+    apart = exists(sum_(aggsum(["B"], delta_rel("S", "B", "C")), aggsum(["B"], delta_rel("S", "C", "B"))))
+    assert map_key_bindings(prod(apart, map_ref("m", "B"))) == [("m", ())]
+    # Only the aggregate's group is bound: C is summed away inside it.
+    assert map_key_bindings(prod(aggsum(["B"], delta_rel("S", "B", "C")), map_ref("m", "C"))) == [("m", ())]
+
+
+def test_a_key_range_or_set_keeps_null_keys_which_join_null_safely():
     assert key_range_sql("k_b", "1", "7") == "(k_b IS NULL OR k_b BETWEEN 1 AND 7)"
     assert key_range_sql("k_b", None, None) == "k_b IS NULL"
+    assert key_set_sql("k_b", ["1", "7"]) == "(k_b IS NULL OR k_b IN (1, 7))"
+    assert key_set_sql("k_b", []) == "k_b IS NULL"  # a batch with only NULLs in the column

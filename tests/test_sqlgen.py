@@ -11,6 +11,7 @@ import math
 import random
 import re
 import uuid
+from dataclasses import replace
 from decimal import Decimal
 
 import pytest
@@ -19,6 +20,7 @@ duckdb = pytest.importorskip("duckdb")
 pa = pytest.importorskip("pyarrow")
 
 from spark_ivm import compile_view
+from spark_ivm.analysis import map_key_bindings
 from spark_ivm.calculus_parser import parse
 from spark_ivm.evaluator import Database, apply_batch, evaluate_map, initial_maps
 from spark_ivm.runtime.sqlgen import (
@@ -154,16 +156,47 @@ def same(got: dict, want: dict) -> bool:
 def expressions(plan, sources: Sources, runtime_form: bool = False):
     """(label, expr, keys, when, SQL) of every map definition and statement; `when` says which state the
     expression reads: "now" (definitions), "batch" (`+=`, before the batch) or "after" (`:=`). In the
-    runtime's form a trigger's statements share the products they have in common (shared_products)."""
+    runtime's form a trigger's statements share the products they have in common (shared_products), and
+    its `+=` statements read each map only at the keys the batch fixes (at_batch_keys)."""
     out = [(f"map {m.name}", m.definition, m.keys, "now", lambda m=m: statement_sql(m.definition, m.keys, sources))
            for m in plan.maps]
     for t in plan.triggers:
         shared, made = shared_products(t.statements, exact=lambda m: True) if runtime_form else ({}, t.statements)
-        reading = with_shared(sources, shared)
+        # The `:=` statements are checked after the batch, when this database holds no batch to bound by.
+        before = with_shared(at_batch_keys(sources, t.statements) if runtime_form else sources, shared)
+        after = with_shared(sources, shared)
         for i, (s, r) in enumerate(zip(t.statements, made)):
+            reading = before if s.op == "+=" else after
             out.append((f"ON {t.relation} #{i} {s.target} {s.op}", s.expr, s.keys, "batch" if s.op == "+=" else "after",
                         lambda r=r, reading=reading: statement_sql(r.expr, r.keys, reading)))
     return out
+
+
+def key_member_sql(column: str, batch: str, batch_column: str) -> str:
+    """A condition on a store key column that holds for every key that joins a value of the batch's column
+    (NULL-safely, so a NULL key is kept): the runtime lists the values, here a subquery reads them."""
+    return f"({column} IS NULL OR {column} IN (SELECT {quote(batch_column)} FROM {batch}))"
+
+
+def at_batch_keys(sources: Sources, statements) -> Sources:
+    """Sources reading each map only where its keys are among the batch's values that the statements'
+    references fix (map_key_bindings), as a refresh copies the map store (Engine._map_bounds): a map is
+    read whole if any reference fixes none of its keys."""
+    alternatives: dict[str, list[str] | None] = {}
+    for s in statements:
+        for name, fixed in map_key_bindings(s.expr) + ([(s.target, ())] if s.op == ":=" else []):
+            keys = sources.map_keys(name)
+            terms = [key_member_sql(quote(keys[k]), sources.delta(rel), sources.columns(rel)[c]) for k, rel, c in fixed]
+            if not terms:
+                alternatives[name] = None
+            elif alternatives.get(name, []) is not None:
+                alternatives.setdefault(name, []).append(" AND ".join(terms))
+
+    def map_sql(name: str) -> str:
+        terms = alternatives.get(name)
+        return f"(SELECT * FROM {sources.map(name)} WHERE {' OR '.join(terms)})" if terms else sources.map(name)
+
+    return replace(sources, map=map_sql)
 
 
 class Checker:

@@ -32,14 +32,15 @@ from spark_ivm.errors import (
 from spark_ivm.analysis import map_key_bindings, map_names, relations
 from spark_ivm.calculus import Rel
 from spark_ivm.heuristics import (
-    STORE_FILE_ROWS, checkpoint_partitions, default_depth_plan, reads_source_once, reads_store_once, runs_interpreted,
+    LISTED_KEY_VALUES_MAX, STORE_FILE_ROWS, checkpoint_partitions, default_depth_plan, lists_batch_values, reads_source_once,
+    reads_store_once, runs_interpreted,
 )
 from spark_ivm.plan import Plan
 from spark_ivm.printer import to_text
 from spark_ivm.runtime import sources as source_tables
 from spark_ivm.runtime.mapstore import (
     COMPACT_EVERY, ENTRY_TOKEN, SEQUENCE, SEQUENCE_ID, StoreColumns, StoredMap, StoreLayout, append_sql, bookkeeping_sql,
-    compact_sql, key_column, key_range_sql, live_rows_sql, ordered_rows_sql, sequence_sql, staged_sql, union_sql,
+    compact_sql, key_column, key_range_sql, key_set_sql, live_rows_sql, ordered_rows_sql, sequence_sql, staged_sql, union_sql,
 )
 from spark_ivm.runtime.sqlgen import VALUE, Sources, literal_sql, quote, shared_products, statement_sql, with_shared
 from spark_ivm.runtime.statements import (
@@ -566,10 +567,19 @@ class Engine:
             raise
         for w, refs in zip(work, references):
             w.bounds = self._map_bounds(w, run, refs)
-        read = [(w, name) for w in work for s in _statements_of(w) for name in _maps_read(s)]
+        read = [(i, name) for i, w in enumerate(work) for s in _statements_of(w) for name in _maps_read(s)]
         if reads_store_once(len(read)):
-            rows = dict.fromkeys(w.entry.layout.rows_of(name, w.bounds.get(name)) for w, name in read)
-            run.read_store_once(work[0].entry.store, " OR ".join(rows))
+            rows = dict.fromkeys(work[i].entry.layout.rows_of(name, work[i].bounds.get(name)) for i, name in read)
+            # Of those, the copy keeps only the rows at the batches' own values, written once per condition
+            # however many maps it bounds: a value list can have thousands of literals.
+            members = [self._map_bounds(w, run, refs, listed=True) for w, refs in zip(work, references)]
+            maps_kept: dict[str | None, dict[int, None]] = {}  # condition -> the maps it keeps rows of
+            for i, name in read:
+                maps_kept.setdefault(members[i].get(name), {})[work[i].entry.layout.map(name).map_id] = None
+            kept = None if members == [w.bounds for w in work] else " OR ".join(
+                f"map_id IN ({', '.join(map(str, ids))})" + (f" AND {condition}" if condition else "")
+                for condition, ids in maps_kept.items())
+            run.read_store_once(work[0].entry.store, " OR ".join(rows), kept)
         for step in range(max(len(w.changed) for w in work)):
             read_later = []  # (view, its increments of this step) for views with sources still to apply
             for w in work:
@@ -629,7 +639,8 @@ class Engine:
         return shared_products(statements, exact=lambda m: entry.layout.map(m).value_type in _INTEGRAL_TYPES)
 
     @staticmethod
-    def _map_bounds(w: "_ViewRefresh", run: "_RefreshRun", references: dict[str, list]) -> dict[str, str | None]:
+    def _map_bounds(w: "_ViewRefresh", run: "_RefreshRun", references: dict[str, list],
+                    listed: bool = False) -> dict[str, str | None]:
         """Per map the refresh of a view reads: a condition on the store's columns that every row a
         statement can join holds for, or None where the whole map is needed.
 
@@ -637,15 +648,19 @@ class Engine:
         range of the batch's values in that column can join. A map read by several statements needs the
         rows any of them can join; one read whole by any of them is read whole. With the store written
         in key order, Delta skips the files of other keys: a batch of new orders reads the orders-keyed
-        maps' rows of new keys, not all of them. `references`: per changed source, _map_references."""
+        maps' rows of new keys, not all of them. `references`: per changed source, _map_references.
+
+        listed: only keys among the batch's values (run.batch_values), where the batch's are listed.
+        Delta skips no more files by them, but they leave fewer rows to copy."""
         alternatives: dict[str, list[str] | None] = {}
         for table in w.changed:
             batch = run.batch(*w.batch_key(table), w.entry.source_columns[table])
             if not run.batch_rows[batch]:
                 continue  # no statement of this source runs
-            ranges = run.batch_ranges[batch]
+            ranges, values = run.batch_ranges[batch], run.batch_values(batch) if listed else {}
             for name, fixed in references[table]:
-                terms = [key_range_sql(key, *ranges[column]) for key, column in fixed if column in ranges]
+                terms = [key_set_sql(key, values[column]) if column in values else key_range_sql(key, *ranges[column])
+                         for key, column in fixed if column in ranges]
                 if not terms:
                     alternatives[name] = None
                 elif alternatives.get(name, []) is not None:
@@ -853,6 +868,7 @@ class _RefreshRun:
         # batch view -> {column: (lowest, highest) as SQL literals, None if only NULLs}, for the columns
         # whose values order and print exactly as literals (see _consolidate)
         self.batch_ranges: dict[str, dict[str, tuple[str | None, str | None]]] = {}
+        self._batch_values: dict[str, dict[str, list[str]]] = {}  # see batch_values
         self.pins: dict[tuple, str] = {}
         self.stores: dict[str, str] = {}  # map store -> checkpoint of the rows its maps are read from
         self.stages: dict[str, str] = {}  # a statement's stage (its SELECT) -> its checkpoint
@@ -953,11 +969,13 @@ class _RefreshRun:
         """How many tasks read a checkpoint or a union of a refresh's statements (checkpoint_partitions)."""
         return checkpoint_partitions(self.spark.conf.get("spark.sql.shuffle.partitions", None))
 
-    def read_store_once(self, table: str, rows: str) -> None:
+    def read_store_once(self, table: str, rows: str, kept: str | None = None) -> None:
         """From now on, read the maps of the store from one checkpoint of the rows the condition `rows`
-        holds for (see heuristics)."""
+        holds for (see heuristics), of those only the rows `kept` holds for: Delta skips files by the
+        key ranges of `rows`, `kept` leaves out the rows between the batches' values."""
+        where = rows if kept is None else f"({rows}) AND ({kept})"
         self.stores[table] = self.checkpoint(
-            f"SELECT * FROM {self.pinned(table, self.store_versions.get(table))} WHERE {rows}", step="store read")
+            f"SELECT * FROM {self.pinned(table, self.store_versions.get(table))} WHERE {where}", step="store read")
 
     def read_source_once(self, table: str, version: int) -> None:
         """From now on, read this table's version from one checkpoint of its rows (see heuristics)."""
@@ -990,6 +1008,20 @@ class _RefreshRun:
         if key not in self.batches:
             self.consolidate({key: (columns, ())})
         return self.batches[key]
+
+    def batch_values(self, view: str) -> dict[str, list[str]]:
+        """The distinct non-NULL values of a batch's ranged columns as SQL literals, of the columns with at
+        most LISTED_KEY_VALUES_MAX; none for a batch too large to list (heuristics.lists_batch_values)."""
+        if view not in self._batch_values:
+            columns = list(self.batch_ranges[view])
+            found: dict[str, list] = {}
+            if columns and lists_batch_values(self.batch_rows[view]):
+                with self.timed("batches"):
+                    sets = self.spark.table(view).agg(*(F.collect_set(F.col(quote(c))) for c in columns)).first()
+                found = {c: sorted(map(literal_sql, values)) for c, values in zip(columns, sets)
+                         if len(values) <= LISTED_KEY_VALUES_MAX}
+            self._batch_values[view] = found
+        return self._batch_values[view]
 
     def consolidate(self, wanted: dict[tuple, tuple]) -> None:
         """Consolidate the batches {(table, start, end): (columns, ranged columns)} not consolidated yet,

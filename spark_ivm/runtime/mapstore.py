@@ -163,6 +163,12 @@ def key_range_sql(column: str, low_sql: str | None, high_sql: str | None) -> str
     return f"({column} IS NULL OR {column} BETWEEN {low_sql} AND {high_sql})"
 
 
+def key_set_sql(column: str, literals: list[str]) -> str:
+    """A condition on a store key column that holds for every key among the literals (a set Spark tests
+    by hashing) and, as key_range_sql, for a NULL key."""
+    return f"({column} IS NULL OR {column} IN ({', '.join(literals)}))" if literals else f"{column} IS NULL"
+
+
 def bookkeeping_row_sql(map_id: int, src: str, version: int, store: StoreColumns) -> str:
     cols = []
     for col, type_sql in store.columns:
