@@ -97,17 +97,21 @@ def reads_store_once(map_references: int) -> bool:
 # The copy of the store keeps only the map rows whose fixed keys are among the batch's own values, not
 # all of their range: keys spread over the whole map (Q17's parts of new lineitems) make a range that
 # skips nothing, and at SF 1 Q17 copied 14 million rows of which 0.45 million can join. The values are
-# collected to the driver and written into the copy's condition as literals, which Spark tests with a
-# hash set (a subquery instead made one broadcast join per key test, and a refresh with many of them
-# ran out of execution memory). So only up to this many values per batch column, and only of a batch
-# small enough that collecting its values costs little next to the copy.
+# collected to the driver (one Spark job per batch) and written into the copy's condition as literals,
+# which Spark tests with a hash set (a subquery instead made one broadcast join per key test, and a
+# refresh with many of them ran out of execution memory). So only up to this many values per batch
+# column, only of a batch small enough that collecting its values costs little next to the copy, and
+# not of an integer column whose range is dense: new orders have consecutive keys, and their range
+# already holds little beside them.
 LISTED_KEY_VALUES_MAX = 10_000
 LISTED_BATCH_ROWS_MAX = 50_000
+DENSE_RANGE_PER_ROW = 4
 
 
-def lists_batch_values(batch_rows: int) -> bool:
-    """Whether the distinct values of a batch of `batch_rows` rows are collected to bound the store copy."""
-    return 0 < batch_rows <= LISTED_BATCH_ROWS_MAX
+def lists_batch_values(batch_rows: int, span: int | None) -> bool:
+    """Whether the distinct values of a batch column are collected to bound the store copy, for a batch of
+    `batch_rows` rows whose values in the column span `span` integers (None: not an integer column)."""
+    return 0 < batch_rows <= LISTED_BATCH_ROWS_MAX and (span is None or span > DENSE_RANGE_PER_ROW * batch_rows)
 
 
 # For the same reason, creating a view reads a source table once, into a checkpoint its maps' queries

@@ -10,7 +10,8 @@ from spark_ivm import compile_view
 from spark_ivm.analysis import map_key_bindings
 from spark_ivm.calculus import aggsum, cmp, delta_rel, exists, lift, map_ref, prod, rel, sum_, var
 from spark_ivm.heuristics import (
-    DEFAULT_CHECKPOINT_PARTITIONS, SHARED_SOURCE_READ_MAX_BYTES, checkpoint_partitions, reads_source_once, reads_store_once,
+    DEFAULT_CHECKPOINT_PARTITIONS, LISTED_BATCH_ROWS_MAX, SHARED_SOURCE_READ_MAX_BYTES, checkpoint_partitions,
+    lists_batch_values, reads_source_once, reads_store_once,
 )
 from spark_ivm.runtime.engine import _maps_read
 from spark_ivm.runtime.mapstore import key_range_sql, key_set_sql, union_sql
@@ -115,6 +116,15 @@ def test_a_restriction_to_the_keys_a_batch_affects_fixes_the_keys_it_binds():
     assert map_key_bindings(prod(apart, map_ref("m", "B"))) == [("m", ())]
     # Only the aggregate's group is bound: C is summed away inside it.
     assert map_key_bindings(prod(aggsum(["B"], delta_rel("S", "B", "C")), map_ref("m", "C"))) == [("m", ())]
+
+
+def test_a_batch_lists_its_values_where_its_range_would_copy_many_other_keys():
+    # 6,041 lineitems refer to parts all over 1..200,000: their range skips nothing, their list does.
+    assert lists_batch_values(6_041, 199_990)
+    # 1,500 new orders with consecutive keys: the range holds little beside them.
+    assert not lists_batch_values(1_500, 5_998)
+    assert lists_batch_values(10, None)  # strings, dates, decimals: no span to judge by
+    assert not lists_batch_values(0, None) and not lists_batch_values(LISTED_BATCH_ROWS_MAX + 1, None)
 
 
 def test_a_key_range_or_set_keeps_null_keys_which_join_null_safely():

@@ -32,15 +32,16 @@ from spark_ivm.errors import (
 from spark_ivm.analysis import map_key_bindings, map_names, relations
 from spark_ivm.calculus import Rel
 from spark_ivm.heuristics import (
-    LISTED_KEY_VALUES_MAX, STORE_FILE_ROWS, checkpoint_partitions, default_depth_plan, lists_batch_values, reads_source_once,
-    reads_store_once, runs_interpreted,
+    LISTED_KEY_VALUES_MAX, STORE_FILE_ROWS, checkpoint_partitions, default_depth_plan, lists_batch_values,
+    reads_source_once, reads_store_once, runs_interpreted,
 )
 from spark_ivm.plan import Plan
 from spark_ivm.printer import to_text
 from spark_ivm.runtime import sources as source_tables
 from spark_ivm.runtime.mapstore import (
     COMPACT_EVERY, ENTRY_TOKEN, SEQUENCE, SEQUENCE_ID, StoreColumns, StoredMap, StoreLayout, append_sql, bookkeeping_sql,
-    compact_sql, key_column, key_range_sql, key_set_sql, live_rows_sql, ordered_rows_sql, sequence_sql, staged_sql, union_sql,
+    compact_sql, key_column, key_range_sql, key_set_sql, live_rows_sql, ordered_rows_sql, sequence_sql, staged_sql,
+    union_sql,
 )
 from spark_ivm.runtime.sqlgen import VALUE, Sources, literal_sql, quote, shared_products, statement_sql, with_shared
 from spark_ivm.runtime.statements import (
@@ -869,6 +870,7 @@ class _RefreshRun:
         # whose values order and print exactly as literals (see _consolidate)
         self.batch_ranges: dict[str, dict[str, tuple[str | None, str | None]]] = {}
         self._batch_values: dict[str, dict[str, list[str]]] = {}  # see batch_values
+        self._listed_columns: dict[str, list[str]] = {}  # batch view -> its columns batch_values may list
         self.pins: dict[tuple, str] = {}
         self.stores: dict[str, str] = {}  # map store -> checkpoint of the rows its maps are read from
         self.stages: dict[str, str] = {}  # a statement's stage (its SELECT) -> its checkpoint
@@ -1010,12 +1012,12 @@ class _RefreshRun:
         return self.batches[key]
 
     def batch_values(self, view: str) -> dict[str, list[str]]:
-        """The distinct non-NULL values of a batch's ranged columns as SQL literals, of the columns with at
-        most LISTED_KEY_VALUES_MAX; none for a batch too large to list (heuristics.lists_batch_values)."""
+        """The distinct non-NULL values of a batch's ranged columns as SQL literals, of the columns worth
+        listing (heuristics.lists_batch_values) with at most LISTED_KEY_VALUES_MAX of them."""
         if view not in self._batch_values:
-            columns = list(self.batch_ranges[view])
+            columns = self._listed_columns[view]
             found: dict[str, list] = {}
-            if columns and lists_batch_values(self.batch_rows[view]):
+            if columns:
                 with self.timed("batches"):
                     sets = self.spark.table(view).agg(*(F.collect_set(F.col(quote(c))) for c in columns)).first()
                 found = {c: sorted(map(literal_sql, values)) for c, values in zip(columns, sets)
@@ -1048,6 +1050,15 @@ class _RefreshRun:
         self.batch_ranges[view] = {
             c: (None, None) if found[1 + 2 * i] is None else (literal_sql(found[1 + 2 * i]), literal_sql(found[2 + 2 * i]))
             for i, c in enumerate(ranged)}
+        self._listed_columns[view] = [
+            c for i, c in enumerate(ranged) if found[1 + 2 * i] is not None
+            and lists_batch_values(size, _span(found[1 + 2 * i], found[2 + 2 * i]))]
+
+
+def _span(low, high) -> int | None:
+    """How many values lie from low to high, for integers (None for other types)."""
+    integers = isinstance(low, int) and isinstance(high, int) and not isinstance(low, bool)
+    return high - low + 1 if integers else None
 
 
 def _without_inflated_size_estimate(spark, checkpointed):
