@@ -23,6 +23,7 @@ from spark_ivm import compile_view
 from spark_ivm.analysis import map_key_bindings
 from spark_ivm.calculus_parser import parse
 from spark_ivm.evaluator import Database, apply_batch, evaluate_map, initial_maps
+from spark_ivm.runtime.mapstore import map_conditions
 from spark_ivm.runtime.sqlgen import (
     MULTIPLICITY, VALUE, Sources, quote, shared_products, statement_sql, with_shared,
 )
@@ -182,19 +183,14 @@ def at_batch_keys(sources: Sources, statements) -> Sources:
     """Sources reading each map only where its keys are among the batch's values that the statements'
     references fix (map_key_bindings), as a refresh copies the map store (Engine._map_bounds): a map is
     read whole if any reference fixes none of its keys."""
-    alternatives: dict[str, list[str] | None] = {}
-    for s in statements:
-        for name, fixed in map_key_bindings(s.expr) + ([(s.target, ())] if s.op == ":=" else []):
-            keys = sources.map_keys(name)
-            terms = [key_member_sql(quote(keys[k]), sources.delta(rel), sources.columns(rel)[c]) for k, rel, c in fixed]
-            if not terms:
-                alternatives[name] = None
-            elif alternatives.get(name, []) is not None:
-                alternatives.setdefault(name, []).append(" AND ".join(terms))
+    conditions = map_conditions(
+        (name, [key_member_sql(quote(sources.map_keys(name)[k]), sources.delta(rel), sources.columns(rel)[c])
+                for k, rel, c in fixed])
+        for s in statements for name, fixed in map_key_bindings(s.expr) + ([(s.target, ())] if s.op == ":=" else []))
 
     def map_sql(name: str) -> str:
-        terms = alternatives.get(name)
-        return f"(SELECT * FROM {sources.map(name)} WHERE {' OR '.join(terms)})" if terms else sources.map(name)
+        where = conditions.get(name)
+        return f"(SELECT * FROM {sources.map(name)} WHERE {where})" if where else sources.map(name)
 
     return replace(sources, map=map_sql)
 

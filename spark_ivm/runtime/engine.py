@@ -40,8 +40,8 @@ from spark_ivm.printer import to_text
 from spark_ivm.runtime import sources as source_tables
 from spark_ivm.runtime.mapstore import (
     COMPACT_EVERY, ENTRY_TOKEN, SEQUENCE, SEQUENCE_ID, StoreColumns, StoredMap, StoreLayout, append_sql, bookkeeping_sql,
-    compact_sql, key_column, key_range_sql, key_set_sql, live_rows_sql, ordered_rows_sql, sequence_sql, staged_sql,
-    union_sql,
+    compact_sql, key_column, key_range_sql, key_set_sql, live_rows_sql, map_conditions, ordered_rows_sql, sequence_sql,
+    staged_sql, union_sql,
 )
 from spark_ivm.runtime.sqlgen import VALUE, Sources, literal_sql, quote, shared_products, statement_sql, with_shared
 from spark_ivm.runtime.statements import (
@@ -653,21 +653,17 @@ class Engine:
 
         listed: only keys among the batch's values (run.batch_values), where the batch's are listed.
         Delta skips no more files by them, but they leave fewer rows to copy."""
-        alternatives: dict[str, list[str] | None] = {}
-        for table in w.changed:
-            batch = run.batch(*w.batch_key(table), w.entry.source_columns[table])
-            if not run.batch_rows[batch]:
-                continue  # no statement of this source runs
-            ranges, values = run.batch_ranges[batch], run.batch_values(batch) if listed else {}
-            for name, fixed in references[table]:
-                terms = [key_set_sql(key, values[column]) if column in values else key_range_sql(key, *ranges[column])
-                         for key, column in fixed if column in ranges]
-                if not terms:
-                    alternatives[name] = None
-                elif alternatives.get(name, []) is not None:
-                    alternatives.setdefault(name, []).append(" AND ".join(terms))
-        return {name: None if terms is None else " OR ".join(dict.fromkeys(terms))
-                for name, terms in alternatives.items()}
+        def bounded():
+            for table in w.changed:
+                batch = run.batch(*w.batch_key(table), w.entry.source_columns[table])
+                if not run.batch_rows[batch]:
+                    continue  # no statement of this source runs
+                ranges, values = run.batch_ranges[batch], run.batch_values(batch) if listed else {}
+                for name, fixed in references[table]:
+                    yield name, [key_set_sql(key, values[column]) if column in values
+                                 else key_range_sql(key, *ranges[column]) for key, column in fixed if column in ranges]
+
+        return map_conditions(bounded())
 
     @staticmethod
     def _attributed(entry: ViewEntry, compute):
@@ -1057,8 +1053,7 @@ class _RefreshRun:
 
 def _span(low, high) -> int | None:
     """How many values lie from low to high, for integers (None for other types)."""
-    integers = isinstance(low, int) and isinstance(high, int) and not isinstance(low, bool)
-    return high - low + 1 if integers else None
+    return high - low + 1 if isinstance(low, int) and isinstance(high, int) else None
 
 
 def _without_inflated_size_estimate(spark, checkpointed):

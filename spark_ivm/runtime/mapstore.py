@@ -163,6 +163,19 @@ def key_range_sql(column: str, low_sql: str | None, high_sql: str | None) -> str
     return f"({column} IS NULL OR {column} BETWEEN {low_sql} AND {high_sql})"
 
 
+def map_conditions(references) -> dict[str, str | None]:
+    """Per map, the condition on the store's columns that the rows any of its references can join hold
+    for, from (map, [condition of each key the reference fixes]) per reference: the alternatives of the
+    references, each all of its conditions. None where a reference fixes no key: the whole map is read."""
+    alternatives: dict[str, list[str] | None] = {}
+    for name, terms in references:
+        if not terms:
+            alternatives[name] = None
+        elif alternatives.get(name, []) is not None:
+            alternatives.setdefault(name, []).append(" AND ".join(terms))
+    return {name: None if terms is None else " OR ".join(dict.fromkeys(terms)) for name, terms in alternatives.items()}
+
+
 def key_set_sql(column: str, literals: list[str]) -> str:
     """A condition on a store key column that holds for every key among the literals (a set Spark tests
     by hashing) and, as key_range_sql, for a NULL key."""
