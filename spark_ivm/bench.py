@@ -4,6 +4,7 @@ running the queries from scratch.
     ./build.sh bench [--sf 0.1,1] [--queries all|q1,q3,q6] [--rounds 5] [--batch-fraction 0.001]
                      [--out bench/results] [--warehouse DIR] [--keep] [--cache DIR]
     ./build.sh bench --report bench/results/<timestamp>.json   # the report again from saved results
+    ./build.sh bench --baseline docs/bench/<earlier>.json       # side by side with an earlier run
 
 For each scale factor: generate TPC-H with tpchgen-cli (cached per scale factor), load it into Delta
 tables with a batch of the orders (the largest keys, `--batch-fraction` of them) and their lineitems held
@@ -110,6 +111,7 @@ def refresh(spark, view: str, store: str) -> dict:
             "rows_written": int(stats[0]["rows_written"] or 0) if stats else 0,
             "refresh_status": stats[0]["status"] if stats else None,
             "execution": stats[0]["execution"] if stats else None,
+            "plan": stats[0]["plan"] if stats else None,
             "steps": json.loads(stats[0]["steps"]) if stats else {}}
 
 
@@ -360,6 +362,8 @@ def run(args) -> int:
             "settings": {"scales": scales, "queries": queries, "rounds": args.rounds,
                          "batch_fraction": args.batch_fraction},
             "scales": [], "results": []}
+    if args.baseline:
+        data["baseline"] = load_baseline(args.baseline)
     started = time.perf_counter()
     spark = None
     try:
@@ -402,11 +406,20 @@ def publish(data: dict, out: Path, stamp: str) -> int:
     return 1 if bad or data.get("interrupted") else 0
 
 
-def rereport(path: str, out: str | None) -> int:
+def rereport(path: str, out: str | None, baseline: str | None = None) -> int:
     """The Markdown and charts again from a saved results file."""
     source = Path(path)
     data = json.loads(source.read_text())
+    if baseline:
+        data["baseline"] = load_baseline(baseline)
     return publish(data, Path(out) if out else source.parent, source.stem)
+
+
+def load_baseline(path: str) -> dict:
+    """An earlier run's summary to compare with (see bench_report.baseline_table)."""
+    data = json.loads(Path(path).read_text())
+    summary = data.get("summary") or [report.summarize(r) for r in data.get("results", [])]
+    return {"source": Path(path).name, "started": data.get("started"), "summary": summary}
 
 
 # -- command line ----------------------------------------------------------------------------------------
@@ -465,6 +478,9 @@ def parse_args(argv=None):
                         help="folder of generated TPC-H data, one sub-folder per scale factor (default .cache/tpch)")
     parser.add_argument("--report", metavar="RESULTS_JSON",
                         help="do not run: write the Markdown and charts again from a saved results file")
+    parser.add_argument("--baseline", metavar="RESULTS_JSON",
+                        help="an earlier run's results to compare with: the report shows both side by side and "
+                             "checks the targets measured against it")
     args = parser.parse_args(argv)
     try:
         parse_scales(args.sf)
@@ -477,7 +493,7 @@ def parse_args(argv=None):
 def main(argv=None) -> int:
     args = parse_args(argv)
     if args.report:
-        return rereport(args.report, args.out if args.out != str(DEFAULT_OUT) else None)
+        return rereport(args.report, args.out if args.out != str(DEFAULT_OUT) else None, args.baseline)
     return run(args)
 
 

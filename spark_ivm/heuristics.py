@@ -149,7 +149,7 @@ def checkpoint_partitions(shuffle_partitions: str | None) -> int:
 STORE_FILE_ROWS = 100_000
 
 
-# With spark.ivm.codegen = auto (not the default, see runtime.engine.CODEGEN_DEFAULT), a refresh runs its
+# With spark.ivm.codegen = auto (not the default, see config.CODEGEN), a refresh runs its
 # Spark plans interpreted, generating and compiling no code, when the Delta tables it may scan beyond its
 # batches (its map store, and the source tables its statements read) hold at most this many bytes. A
 # refresh plans 150-odd small stages, and compiling their code was the largest share of its time on 2
@@ -166,3 +166,42 @@ def runs_interpreted(bytes_scanned: int | None) -> bool:
     """Whether a refresh that may scan `bytes_scanned` bytes of Delta tables (None: not known) runs its
     plans interpreted."""
     return bytes_scanned is not None and bytes_scanned <= INTERPRETED_MAX_BYTES
+
+
+# A consolidated batch of at most this many rows is broadcast to the joins that read it: it is small next
+# to the maps it joins, so every task gets a copy instead of the maps being shuffled to meet it.
+BROADCAST_BATCH_ROWS = 200_000
+
+# A refresh computes its increments in one query (see runtime/run.py: "at once") when it runs at most
+# this many trigger statements, none of which re-evaluates nested aggregates per affected key or a map's
+# whole contents. Each materialized intermediate result costs a Spark job (0.1-0.2 s on 2 cores): a light
+# view's refresh is mostly such jobs. A statement that re-evaluates reads its stages several times, and
+# in one query Spark would compute a stage again at every read; many statements make one plan that
+# Spark takes long to plan.
+AT_ONCE_MAX_STATEMENTS = 24
+
+
+def plans_at_once(statements) -> bool:
+    """Whether a refresh running these trigger statements computes them in one query."""
+    return (len(statements) <= AT_ONCE_MAX_STATEMENTS
+            and all(s.op == "+=" and s.reevaluated_keys is None for s in statements))
+
+
+# The user's view holds its rows (and its maps' rows) as literals in its definition when there are at most
+# spark.ivm.inlineRows of them (see config.INLINE_ROWS) and its SQL text stays within this many characters
+# (see runtime/viewsql.py). Reading a Delta table's new version costs a few Spark jobs; reading literals
+# none. The metastore limits a view's text: embedded Derby stores it in a column of at most 32,700
+# characters, and a longer text takes tens of seconds to fail there.
+INLINE_SQL_CHARS_MAX = 30_000
+
+# A refresh collects its increments to the driver and appends them from there, instead of computing them
+# into a checkpoint that the append then reads, when every view it refreshes holds its maps inline: the
+# driver then has the increments of those maps to add to the literals, with no further job. Only up to
+# this many rows; more are computed again into a checkpoint.
+COLLECTED_ROWS_MAX = 50_000
+
+
+def collects_increments(maps_inline: list[bool]) -> bool:
+    """Whether a refresh of views that hold their maps inline or not (one flag per view) collects its
+    increments (see COLLECTED_ROWS_MAX)."""
+    return bool(maps_inline) and all(maps_inline)

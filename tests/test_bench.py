@@ -164,25 +164,50 @@ def test_steps_are_medians_per_step_with_reading_the_view():
 def test_targets_say_which_hold_which_do_not_and_what_was_not_measured():
     summaries = [report.summarize(r) for r in [
         result("q1", 0.1, [round_(1, "insert", 0.6, 0.2, 5.0)]),
-        result("q1", 1, [round_(1, "insert", 0.6, 0.2, 9.0)], nochange_refresh_s=0.4),  # 0.8 s, 11.25x
+        result("q1", 1, [{**round_(1, "insert", 0.6, 0.1, 9.0, jobs=3), "read_jobs": 0,
+                          "steps": {"progress": 0.05, "write": 0.2, "view": 0.1}}],
+               nochange_refresh_s=0.05, nochange_jobs=0),  # 0.7 s, 12.9x; fixed steps 0.45 s
         result("q6", 0.1, [round_(1, "insert", 1.0, 0.5, 1.0)]),
-        result("q6", 1, [round_(1, "insert", 2.0, 1.0, 2.0, commits=2)]),  # 3 s: 2x the small scale
+        result("q6", 1, [{**round_(1, "insert", 2.0, 1.0, 2.0, commits=2, jobs=4), "read_jobs": 3,
+                          "steps": {"batches": 0.4, "write": 0.3}}],
+               nochange_jobs=1),  # 3 s: 2x the small scale; fixed steps 1.7 s
     ]]
-    checks = report.target_checks(summaries, report.growth(summaries))
+    baseline = [report.summarize(r) for r in [result("q1", 1, [round_(1, "insert", 2.0, 1.0, 9.0, jobs=9)]),
+                                              result("q6", 1, [round_(1, "insert", 2.0, 1.0, 2.0, jobs=8)])]]
+    checks = report.target_checks(summaries, report.growth(summaries), baseline)
     by = {(c["target"], c["query"]): c for c in checks}
     flat = "refresh+read grows at most 1.2x from SF 0.1 to SF 1"
-    assert by[(flat, "q1")]["holds"] is True and by[(flat, "q1")]["value"] == pytest.approx(1.0)
+    assert by[(flat, "q1")]["holds"] is True and by[(flat, "q1")]["value"] == pytest.approx(0.875)
     assert by[(flat, "q6")]["holds"] is False and by[(flat, "q6")]["value"] == pytest.approx(2.0)
     assert by[(flat, "q3")]["holds"] is None  # not in the run
-    assert by[("refresh+read at most 1 s at SF 1", "q1")]["holds"] is True
-    assert by[("refresh+read at most 1 s at SF 1", "q6")]["holds"] is False
+    assert by[("refresh+read at most 0.8 s at SF 1", "q1")]["holds"] is True
+    assert by[("refresh+read at most 0.6 s at SF 1", "q6")]["holds"] is False
+    assert by[("refresh+read runs at most 4 Spark jobs at SF 1", "q6")]["value"] == 7
     assert by[("one commit per refresh at SF 1", "q6")]["holds"] is False
-    assert by[("a refresh with no changes at most 0.5 s at SF 1", "q1")]["holds"] is True
-    assert by[("at least 10x faster than recompute at SF 1", "q1")]["holds"] is True
+    assert by[("a refresh with no changes at most 0.1 s", "q1")]["holds"] is True
+    assert by[("a refresh with no changes runs no Spark job", "q1")]["holds"] is True
+    assert by[("a refresh with no changes runs no Spark job", "q6")]["holds"] is False
+    assert by[("at least 4x faster than recompute at SF 1", "q1")]["holds"] is True
     assert by[("faster than recompute at SF 1", "q6")]["holds"] is False  # 2 s against 3 s
+    fixed = "fixed steps (and reading the view) at most 0.5 s at SF 1"
+    assert by[(fixed, "q1")]["holds"] is True and by[(fixed, "q1")]["value"] == pytest.approx(0.45)
+    assert by[(fixed, "q6")]["holds"] is False and by[(fixed, "q6")]["value"] == pytest.approx(1.7)
+    third = "Spark jobs per refresh at most a third of the baseline's"
+    assert by[(third, "q1")]["holds"] is True and by[(third, "q6")]["holds"] is False
+    unmeasured = {c["query"]: c["holds"] for c in report.target_checks(summaries, []) if c["target"] == third}
+    assert unmeasured == {"q1": None, "q6": None}  # no baseline: not measured
     table = report.targets_table(checks)
-    assert "| refresh+read at most 1 s at SF 1 | q1 (0.80 s) | q6 (3.00 s) | - |" in table
-    assert "| at least 3x faster than recompute at SF 1 | - | - | q3, q10 |" in table
+    assert "| refresh+read at most 0.6 s at SF 1 | - | q6 (3.00 s) | - |" in table
+    assert "| at least 2x faster than recompute at SF 1 | - | - | q3, q10, q12 |" in table
+
+
+def test_the_report_compares_with_a_baseline():
+    now = [report.summarize(result("q1", 1, [round_(1, "insert", 0.5, 0.1, 3.0, jobs=3)]))]
+    before = [report.summarize(result("q1", 1, [round_(1, "insert", 2.0, 1.0, 3.0, jobs=9)])),
+              report.summarize(result("q3", 1, [round_(1, "insert", 2.0, 1.0, 3.0)]))]
+    table = report.baseline_table(now, before)
+    assert "| q1 | 1 | 3.00 | 0.60 | 5.00x | 9 | 3 | 3.00 | 3.00 |" in table
+    assert "q3" not in table  # not measured now
 
 
 def test_bounds_split_a_slower_refresh_into_fixed_steps_and_the_views_work():

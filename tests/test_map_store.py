@@ -1,4 +1,4 @@
-"""The map store's write path on Spark: appends that sum per key, compaction, the refresh sequence that
+"""The map store's write path on Spark: appends that sum per key, compaction, the guarded commit that
 makes a write exactly once, cached catalog entries checked against the store, and a store laid out by key
 so that a refresh reads only the files of the keys its batches touch, and copies only those keys' rows."""
 
@@ -10,9 +10,10 @@ from collections import Counter
 import pytest
 
 import spark_ivm
-from spark_ivm.runtime import engine
+from spark_ivm.runtime import refresh, run
+from spark_ivm.runtime.deltalog import ConcurrentCommitError
 from spark_ivm.runtime.engine import COMPACT_CONF, Engine
-from spark_ivm.runtime.mapstore import SEQUENCE, SEQUENCE_ID, bookkeeping_sql
+from spark_ivm.runtime.mapstore import SEQUENCE, SEQUENCE_ID, bookkeeping_metadata, bookkeeping_sql
 from spark_ivm.runtime.statements import parse_statement
 
 pytestmark = pytest.mark.runtime
@@ -86,15 +87,15 @@ def _store_reads(spark, monkeypatch, store: str) -> list[tuple[int, int, int, in
         read.append((needed.count(), len(needed.inputFiles()), before.count(), len(before.inputFiles())))
         return real(run, table, rows, kept)
 
-    real = engine._RefreshRun.read_store_once
-    monkeypatch.setattr(engine._RefreshRun, "read_store_once", spy)
+    real = run.RefreshRun.read_store_once
+    monkeypatch.setattr(run.RefreshRun, "read_store_once", spy)
     return read
 
 
 def test_a_refresh_reads_only_the_store_files_of_the_keys_its_batch_touches(ivm, monkeypatch):
     spark = ivm
     # Files of 50 rows, so that a small store has many (the default is sized for millions of map rows).
-    monkeypatch.setitem(engine.STORE_WRITE_SETTINGS, "spark.sql.files.maxRecordsPerFile", "50")
+    monkeypatch.setitem(refresh.STORE_WRITE_SETTINGS, "spark.sql.files.maxRecordsPerFile", "50")
     read = _store_reads(spark, monkeypatch, "v__ivm_maps")
     spark.sql("INSERT INTO r SELECT CAST(id AS INT), CAST(id % 7 AS INT) FROM range(1000)")
     spark.sql("INSERT INTO s SELECT CAST(id AS INT), CAST(id % 5 AS INT), CAST(id % 3 AS INT) FROM range(1000)")
@@ -120,23 +121,24 @@ def test_a_refresh_reads_only_the_store_files_of_the_keys_its_batch_touches(ivm,
     assert copied < 0.1 * rows
 
 
-def test_a_write_tagged_with_a_used_sequence_number_is_skipped(ivm):
+def test_a_write_computed_from_an_older_store_version_is_refused(ivm):
     spark = ivm
     spark.sql("INSERT INTO r VALUES (1, 2)")
     spark.sql("INSERT INTO s VALUES (1, 5, 1)")
     spark.sql(f"CREATE INCREMENTAL VIEW v AS {QUERY}")
     engine: Engine = spark._spark_ivm_engine
+    store = engine.entry("v").store
+    before = engine.logs.snapshot(store)  # what another refresh starting now would compute from
     spark.sql("INSERT INTO r VALUES (1, 10)")
-    spark.sql("REFRESH INCREMENTAL VIEW v")
+    assert spark.sql("REFRESH INCREMENTAL VIEW v").collect()[0]["status"] == "refreshed"
     expected = _bag(spark.sql(QUERY))
     assert _bag(spark.table("v")) == expected
-    # Another process that read the store before that refresh would write the same increments with the
-    # same sequence number: Delta must skip it.
-    store = engine.entry("v").store  # qualified, as the refresh names it in its idempotent-write tag
-    columns = engine._store_columns(store)
-    staged = spark.sql(f"SELECT * FROM {store} WHERE map_id >= 0").localCheckpoint()
-    staged.createOrReplaceTempView("__again")
-    engine._write(store, columns, "__again", 1, "a repeat")
+    # That other refresh would write the same increments again: Delta must refuse its commit.
+    again = spark.sql(f"SELECT * FROM {store} WHERE map_id >= 0")
+    with pytest.raises(ConcurrentCommitError):
+        engine.logs.append(before, again, bookkeeping_metadata({}))
+    assert engine.store_version(store) == before.version + 1
+    spark.sql("REFRESH INCREMENTAL VIEW v")
     assert _bag(spark.table("v")) == expected
 
 
@@ -156,8 +158,8 @@ def test_a_cached_entry_of_a_view_replaced_elsewhere_is_read_again(ivm):
 
 
 def test_an_engine_sees_a_refresh_made_by_another_after_its_own(ivm):
-    # An engine takes a store's progress from its own last commit while that commit is the store's
-    # latest; once another process has refreshed, it must read the progress that process left.
+    # An engine reads a store's progress from its latest commit: after another process refreshed, the
+    # progress that process left.
     spark = ivm
     spark.sql("INSERT INTO r VALUES (1, 2)")
     spark.sql("INSERT INTO s VALUES (1, 5, 1)")

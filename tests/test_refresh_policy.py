@@ -13,7 +13,7 @@ from spark_ivm.heuristics import (
     DEFAULT_CHECKPOINT_PARTITIONS, LISTED_BATCH_ROWS_MAX, SHARED_SOURCE_READ_MAX_BYTES, checkpoint_partitions,
     lists_batch_values, reads_source_once, reads_store_once,
 )
-from spark_ivm.runtime.engine import _maps_read
+from spark_ivm.runtime.refresh import maps_read
 from spark_ivm.runtime.mapstore import key_range_sql, key_set_sql, union_sql
 
 SCHEMAS = {"R": ["A", "B"], "S": ["B", "C"]}
@@ -23,8 +23,8 @@ def test_a_statement_reads_the_maps_it_refers_to():
     # Worked example 1 of the design: ON S, q += ΔS(B,C) * m[B] reads one map over R; the maps over
     # R are incremented from R's batch alone and read none.
     plan = compile_view("SELECT SUM(A) FROM R, S WHERE R.B = S.B", SCHEMAS, name="q")
-    on_s = {s.target: _maps_read(s) for s in plan.trigger("S").statements}
-    on_r = {s.target: _maps_read(s) for s in plan.trigger("R").statements}
+    on_s = {s.target: maps_read(s) for s in plan.trigger("S").statements}
+    on_r = {s.target: maps_read(s) for s in plan.trigger("R").statements}
     assert on_s["q_count"] == ("q_count_mS",) and on_s["q_sum_1"] == ("q_sum_1_mS",)
     assert on_r["q_count"] == ("q_count_mR",) and on_r["q_count_mS"] == ()
 
@@ -33,7 +33,7 @@ def test_a_re_evaluated_map_also_reads_its_old_contents():
     plan = compile_view("SELECT SUM(A) FROM R, S WHERE R.B = S.B", SCHEMAS, name="q", depth=0)
     recomputed = [s for t in plan.triggers for s in t.statements if s.op == ":="]
     assert recomputed
-    assert all(s.target in _maps_read(s) for s in recomputed)
+    assert all(s.target in maps_read(s) for s in recomputed)
 
 
 def test_the_store_is_read_once_from_two_map_references_on():

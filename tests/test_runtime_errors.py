@@ -241,20 +241,36 @@ def test_source_that_is_not_a_delta_table(ivm):
 
 
 # -- REFRESH ---------------------------------------------------------------------------------------
-def test_refresh_after_source_columns_changed_needs_full(ivm):
+def test_refresh_after_a_column_was_added_goes_on(ivm):
     spark = ivm
-    spark.sql("CREATE TABLE s (g STRING, v INT) USING delta")
+    spark.sql("CREATE TABLE sa (g STRING, v INT) USING delta")
+    spark.sql("INSERT INTO sa VALUES ('a', 1), ('b', 2)")
+    query = "SELECT g, COUNT(*) AS n, SUM(v) AS total FROM sa GROUP BY g"
+    spark.sql(f"CREATE INCREMENTAL VIEW sav AS {query}")
+    spark.sql("ALTER TABLE sa ADD COLUMNS (x INT)")
+    spark.sql("INSERT INTO sa VALUES ('a', 5, 7), ('c', NULL, 1)")
+    assert spark.sql("REFRESH INCREMENTAL VIEW sav").collect()[0]["status"] == "refreshed"
+    assert assert_view_is_query(spark, "sav", query) == [("a", 2, 6), ("b", 1, 2), ("c", 1, None)]
+    spark.sql("DELETE FROM sa WHERE x = 7")
+    assert spark.sql("REFRESH INCREMENTAL VIEW sav").collect()[0]["status"] == "refreshed"
+    assert assert_view_is_query(spark, "sav", query) == [("a", 1, 1), ("b", 1, 2), ("c", 1, None)]
+    spark.sql("DROP INCREMENTAL VIEW sav")
+
+
+def test_refresh_after_a_column_the_view_reads_was_renamed_needs_full(ivm):
+    spark = ivm
+    spark.sql("CREATE TABLE s (g STRING, v INT) USING delta TBLPROPERTIES ('delta.columnMapping.mode' = 'name')")
     spark.sql("INSERT INTO s VALUES ('a', 1), ('b', 2)")
     query = "SELECT g, COUNT(*) AS n, SUM(v) AS total FROM s GROUP BY g"
     spark.sql(f"CREATE INCREMENTAL VIEW sv AS {query}")
-    spark.sql("ALTER TABLE s ADD COLUMNS (x INT)")
-    spark.sql("INSERT INTO s VALUES ('a', 5, 7), ('c', NULL, 1)")
+    spark.sql("ALTER TABLE s RENAME COLUMN v TO w")
+    spark.sql("INSERT INTO s VALUES ('a', 5), ('c', NULL)")
     with pytest.raises(RefreshError) as info:
         spark.sql("REFRESH INCREMENTAL VIEW sv")
-    assert "FULL" in str(info.value)
+    assert "FULL" in str(info.value) and "column v" in str(info.value)
     assert f"{DB}.s" in str(info.value)
     assert rows(spark.table("sv")) == [("a", 1, 1), ("b", 1, 2)]  # unchanged, still readable
-
+    spark.sql("ALTER TABLE s RENAME COLUMN w TO v")  # what the view reads, as it was: a FULL rebuild works
     full = spark.sql("REFRESH INCREMENTAL VIEW sv FULL").collect()
     assert len(full) == 1 and full[0]["status"] == "rebuilt"
     assert assert_view_is_query(spark, "sv", query) == [("a", 2, 6), ("b", 1, 2), ("c", 1, None)]
@@ -263,6 +279,48 @@ def test_refresh_after_source_columns_changed_needs_full(ivm):
     assert spark.sql("REFRESH INCREMENTAL VIEW sv").collect()[0]["status"] == "refreshed"
     assert assert_view_is_query(spark, "sv", query) == [("a", 2, 6), ("c", 1, None)]
     spark.sql("DROP INCREMENTAL VIEW sv")
+
+
+@pytest.mark.parametrize("new_versions", [1, 6], ids=["fewer versions", "more versions"])
+def test_refresh_after_a_source_was_dropped_and_created_again_is_refused(ivm, new_versions):
+    # The new table's versions count from 0 again, and may pass the ones the view applied: only its
+    # Delta table id tells it from the old one. Its rows must never be taken for changes of the old.
+    spark = ivm
+    rc, rcv = f"rc{new_versions}", f"rcv{new_versions}"
+    spark.sql(f"CREATE TABLE {rc} (g STRING, v INT) USING delta")
+    for i in range(3):
+        spark.sql(f"INSERT INTO {rc} VALUES ('a', {i}), ('b', 1)")
+    query = f"SELECT g, COUNT(*) AS n, SUM(v) AS total FROM {rc} GROUP BY g"
+    spark.sql(f"CREATE INCREMENTAL VIEW {rcv} AS {query}")
+    before = rows(spark.table(rcv))
+    spark.sql(f"DROP TABLE {rc}")
+    spark.sql(f"CREATE TABLE {rc} (g STRING, v INT) USING delta")
+    for i in range(new_versions):
+        spark.sql(f"INSERT INTO {rc} VALUES ('c', {i})")
+    with pytest.raises(RefreshError) as info:
+        spark.sql(f"REFRESH INCREMENTAL VIEW {rcv}")
+    assert "dropped and created again" in str(info.value) and "FULL" in str(info.value)
+    assert f"{DB}.{rc}" in str(info.value)
+    assert rows(spark.table(rcv)) == before  # untouched
+    assert spark.sql(f"REFRESH INCREMENTAL VIEW {rcv} FULL").collect()[0]["status"] == "rebuilt"
+    assert_view_is_query(spark, rcv, query)
+    spark.sql(f"INSERT INTO {rc} VALUES ('c', 9)")
+    assert spark.sql(f"REFRESH INCREMENTAL VIEW {rcv}").collect()[0]["status"] == "refreshed"
+    assert_view_is_query(spark, rcv, query)
+    spark.sql(f"DROP INCREMENTAL VIEW {rcv}")
+
+
+def test_refresh_after_a_source_was_dropped_names_it(ivm):
+    spark = ivm
+    spark.sql("CREATE TABLE gone (g STRING, v INT) USING delta")
+    spark.sql("INSERT INTO gone VALUES ('a', 1)")
+    spark.sql("CREATE INCREMENTAL VIEW gv AS SELECT g, SUM(v) AS s FROM gone GROUP BY g")
+    spark.sql("DROP TABLE gone")
+    with pytest.raises(RefreshError) as info:
+        spark.sql("REFRESH INCREMENTAL VIEW gv")
+    assert f"{DB}.gone" in str(info.value) and "no longer exists" in str(info.value)
+    assert rows(spark.table("gv")) == [("a", 1)]
+    spark.sql("DROP INCREMENTAL VIEW gv")
 
 
 def test_refresh_after_change_feed_was_vacuumed(ivm):

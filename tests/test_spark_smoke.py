@@ -135,11 +135,11 @@ def test_a_chain_of_checkpoints_keeps_its_size_estimate_bounded(spark):
     # keeps its query's estimate: a checkpoint of a join of checkpoints doubles the estimate's digits.
     # The refresh's checkpoints forget estimates beyond Spark's "unknown" (2^63 - 1 bytes), so a chain
     # of stages never builds numbers of thousands of digits (they filled a 4 GB driver heap once).
-    from spark_ivm.runtime.engine import _RefreshRun
+    from spark_ivm.runtime.run import RefreshRun
 
     spark.range(20).selectExpr("id AS k").createOrReplaceTempView("chain_0")
     plain = spark.table("chain_0").localCheckpoint()
-    with _RefreshRun(spark) as run:
+    with RefreshRun(spark) as run:
         view = "chain_0"
         for _ in range(4):
             plain = plain.alias("p").join(plain.alias("q"), "k").localCheckpoint()

@@ -2,7 +2,9 @@
 statement of every corpus plan (depths 0, 1 and unlimited), rendered as Spark SQL, transpiled by
 sqlglot to DuckDB and run there on random small databases (NULLs, duplicate rows, batches with
 negative multiplicities, maps as the reference evaluator computes them) gives what the reference
-evaluator gives for the same expression."""
+evaluator gives for the same expression. In the runtime's form, statements are fused and shared as a
+refresh fuses and shares them, and batches are not consolidated: a row changed twice is two rows, and a
+row inserted and deleted again is in the batch twice, with opposite signs."""
 
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ from spark_ivm.analysis import map_key_bindings
 from spark_ivm.calculus_parser import parse
 from spark_ivm.evaluator import Database, apply_batch, evaluate_map, initial_maps
 from spark_ivm.runtime.mapstore import map_conditions
+from spark_ivm.runtime.fused import Fused, fuse, fused_sql
 from spark_ivm.runtime.sqlgen import (
     MULTIPLICITY, VALUE, Sources, quote, shared_products, statement_sql, with_shared,
 )
@@ -64,8 +67,10 @@ class DuckDatabase:
     """The evaluator's database as DuckDB relations: base tables (one row per copy), batches with
     `__m`, maps with their keys and `__v`."""
 
-    def __init__(self, schemas: dict[str, list[str]], types: dict[str, dict] | None = None):
+    def __init__(self, schemas: dict[str, list[str]], types: dict[str, dict] | None = None,
+                 consolidated: bool = True):
         self.schemas = schemas
+        self.consolidated = consolidated  # else each batch row is |m| rows of ±1, plus a row that cancels
         self.types = types or {t: {c: pa.int64() for c in cols} for t, cols in schemas.items()}
         self.con = duckdb.connect()
         self.con.execute("SET threads = 1")  # tiny data: no use for parallel pipelines
@@ -80,7 +85,11 @@ class DuckDatabase:
             rows = [r for r, m in db.relations.get(name, {}).items() for _ in range(m)]
             self._register(f"rel_{name}", self.schemas[name], rows, self.types[name])
             batch = db.deltas.get(name, {})
-            self._register(f"delta_{name}", self.schemas[name] + [MULTIPLICITY], [r + (m,) for r, m in batch.items()],
+            changes = [r + (m,) for r, m in batch.items()]
+            if not self.consolidated:
+                changes = [r + (1 if m > 0 else -1,) for r, m in batch.items() for _ in range(abs(m))]
+                changes += [r + (sign,) for r in list(batch)[:1] for sign in (1, -1)]
+            self._register(f"delta_{name}", self.schemas[name] + [MULTIPLICITY], changes,
                            {**self.types[name], MULTIPLICITY: pa.int64()})
         for m in plan.maps:
             contents = db.maps.get(m.name, {})
@@ -166,11 +175,27 @@ def expressions(plan, sources: Sources, runtime_form: bool = False):
         # The `:=` statements are checked after the batch, when this database holds no batch to bound by.
         before = with_shared(at_batch_keys(sources, t.statements) if runtime_form else sources, shared)
         after = with_shared(sources, shared)
-        for i, (s, r) in enumerate(zip(t.statements, made)):
+        original = dict(zip(map(id, made), t.statements))
+        for i, item in enumerate(fuse(made) if runtime_form else made):
+            if isinstance(item, Fused):
+                for j, (member, _) in enumerate(item.members):
+                    s = original[id(member)]
+                    out.append((f"ON {t.relation} #{i}.{j} {s.target} {s.op} (fused)", s.expr, s.keys, "batch",
+                                lambda item=item, j=j, before=before: fused_member_sql(item, j, before)))
+                continue
+            s = original[id(item)]
             reading = before if s.op == "+=" else after
             out.append((f"ON {t.relation} #{i} {s.target} {s.op}", s.expr, s.keys, "batch" if s.op == "+=" else "after",
-                        lambda r=r, reading=reading: statement_sql(r.expr, r.keys, reading)))
+                        lambda r=item, reading=reading: statement_sql(r.expr, r.keys, reading)))
     return out
+
+
+def fused_member_sql(fused, member: int, sources: Sources) -> str:
+    """One member's increments from its group's fused SQL, as its own statement gives them (keys whose sum
+    is 0 left out)."""
+    keys = "".join(f"{quote(k)}, " for k in fused.keys)
+    v = f"{VALUE}{member}"
+    return f"SELECT {keys}{v} AS {VALUE} FROM ({fused_sql(fused, sources)}) AS f WHERE {v} <> 0"
 
 
 def key_member_sql(column: str, batch: str, batch_column: str) -> str:
@@ -264,7 +289,7 @@ def corpus_scenario(rng: random.Random):
 @pytest.mark.parametrize("sql, runtime_form", [(q, False) for q in QUERIES + NESTED_QUERIES]
                          + [pytest.param(q, True, id=f"{q} [runtime form]") for q in QUERIES + NESTED_QUERIES])
 def test_generated_sql_equals_the_reference_evaluator(sql, runtime_form):
-    duck = DuckDatabase(SCHEMAS)
+    duck = DuckDatabase(SCHEMAS, consolidated=not runtime_form)
     failures = []
     for depth in DEPTHS:
         plan = compile_view(sql, SCHEMAS, depth=depth)
@@ -275,6 +300,19 @@ def test_generated_sql_equals_the_reference_evaluator(sql, runtime_form):
             if failures:
                 break
     assert not failures, "\n".join(failures[:5]) + "\n" + compile_view(sql, SCHEMAS, depth=None).explain()
+
+
+def test_the_runtime_form_checks_fused_statements():
+    """The corpus has many statements a refresh fuses (see fused.py): the runtime form above checks them."""
+    groups = members = 0
+    for sql in QUERIES + NESTED_QUERIES:
+        for depth in DEPTHS:
+            for t in compile_view(sql, SCHEMAS, depth=depth).triggers:
+                _, made = shared_products(t.statements, exact=lambda m: True)
+                fused = [item for item in fuse(made) if isinstance(item, Fused)]
+                groups += len(fused)
+                members += sum(len(f.members) for f in fused)
+    assert groups >= 50 and members >= 2 * groups, (groups, members)
 
 
 # -- TPC-H ---------------------------------------------------------------------------------------------------
@@ -297,7 +335,7 @@ def test_generated_sql_of_tpch_plans_equals_the_reference_evaluator(name, runtim
 
     schemas = {t: [c for c, _ in cols] for t, cols in COLUMNS.items()}
     types = {t: {c: _tpch_arrow_type(ty) for c, ty in cols} for t, cols in COLUMNS.items()}
-    duck = DuckDatabase(schemas, types)
+    duck = DuckDatabase(schemas, types, consolidated=not runtime_form)
     failures = []
     for depth in (1, None):
         plan = compile_view(read_query(name).sql, schemas, depth=depth)

@@ -7,7 +7,7 @@ A map's value at a key is the SUM of its rows at that key: a refresh appends eac
 (one row per map and key) instead of updating rows in place, because on Delta an append is one cheap
 commit while a MERGE costs several Spark jobs to find and rewrite the rows it touches (measured with
 local Spark: about 0.4 s against 2.3 s for a few rows into a 20,000-row table). Every
-`COMPACT_EVERY`-th refresh of a store overwrites it with one row per key instead, dropping keys whose
+`spark.ivm.compactEvery`-th refresh of a store (config.COMPACT_EVERY) overwrites it with one row per key instead, dropping keys whose
 value reached 0, so the rows a read aggregates stay bounded. Building and compacting a store write its
 rows sorted by map and key (`key_order`) in files of bounded size, so that a refresh reading a map only
 at the keys its batches can join (`WHERE k BETWEEN …`, see `key_range_sql`) reads few of its files.
@@ -15,9 +15,11 @@ at the keys its batches can join (`WHERE k BETWEEN …`, see `key_range_sql`) re
 Rows with a negative map_id are bookkeeping, also read as aggregates: a view's progress (per source
 table, the last Delta version applied: the MAX of its rows), the token of the view's catalog entry,
 and the store's refresh sequence number (`SEQUENCE_ID`). Because maps and progress share one table, a
-refresh is one commit, atomic across maps. It is exactly once because the commit carries Delta's
-idempotent-write tag (txnAppId = the store, txnVersion = the sequence number it writes): a second
-refresh computed from the same sequence number is skipped by Delta. Views created
+refresh is one commit, atomic across maps. The commit's user metadata holds the same bookkeeping
+(`bookkeeping_metadata`), so the next refresh reads it from the Delta log instead of the rows. It is
+exactly once because the commit is a transaction that read the whole store as of the version the refresh
+computed from: Delta refuses it if anything was written to the store since, so of two refreshes computed
+from one version only one commits (see deltalog.DeltaLogs.append). Views created
 `WITH (store = 'name')` share a store, so REFRESH INCREMENTAL VIEWS refreshes all of them in that
 one commit too.
 
@@ -27,6 +29,7 @@ are read from the table when rows are written (`StoreColumns`).
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 
@@ -36,7 +39,6 @@ PROGRESS = -1  # the progress id of a view with a store of its own
 SEQUENCE_ID = -(2**31)  # the row holding the store's refresh sequence number
 SEQUENCE = "#refresh"  # its `src`
 ENTRY_TOKEN = "#entry"  # `src` of a progress row holding the token of the view's catalog entry
-COMPACT_EVERY = 8  # refreshes between compactions of a store (session setting spark.ivm.compactEvery)
 
 
 def value_column(type_sql: str) -> str:
@@ -148,6 +150,20 @@ class StoreLayout:
                 cols.append(f"CAST({own.get(col, 'NULL')} AS {type_sql}) AS {col}")
         return f"SELECT {', '.join(cols)} FROM ({increments_sql}) AS inc"
 
+    def fused_rows_sql(self, targets, sums_sql: str, store: StoreColumns | None = None) -> str:
+        """Rows of the store's shape from `sums_sql` (key columns named by the maps' keys, then `__v0`,
+        `__v1`, …: the increments of targets[0], targets[1], …): a row per target map and key."""
+        store = store or self.columns
+        rows = []
+        for i, name in enumerate(targets):
+            m = self.map(name)
+            own = {self.key_column(k): quote(k) for k in m.keys}
+            own[m.value_column] = f"{VALUE}{i}"
+            rows += [str(m.map_id) if col == "map_id" else f"CAST({own.get(col, 'NULL')} AS {type_sql})"
+                     for col, type_sql in store.columns]
+        names = ", ".join(col for col, _ in store.columns)
+        return f"SELECT stack({len(targets)}, {', '.join(rows)}) AS ({names}) FROM ({sums_sql}) AS f"
+
     def progress_sql(self, versions: dict[str, int], store: StoreColumns | None = None) -> str:
         """Progress rows: per source, the last version applied (or, for ENTRY_TOKEN, the entry's token)."""
         return " UNION ALL ".join(bookkeeping_row_sql(self.progress_id, source, version, store or self.columns)
@@ -207,6 +223,32 @@ def bookkeeping_sql(store: str) -> str:
             f"GROUP BY map_id, src")
 
 
+# The key of the store's bookkeeping in the user metadata of the commits a refresh or CREATE makes.
+METADATA_KEY = "spark_ivm"
+METADATA_FORMAT = 1
+
+
+def bookkeeping_metadata(bookkeeping: dict[int, dict[str, int]]) -> str:
+    """The user metadata of a commit that leaves the store with this bookkeeping (see progress_of): the
+    same as its bookkeeping rows hold, so that a refresh reads it from the commit in the Delta log instead
+    of aggregating the store's rows."""
+    return json.dumps({METADATA_KEY: {"format": METADATA_FORMAT,
+                                      "bookkeeping": {str(i): p for i, p in sorted(bookkeeping.items())}}},
+                      sort_keys=True, separators=(",", ":"))
+
+
+def bookkeeping_of(user_metadata: str | None) -> dict[int, dict[str, int]] | None:
+    """The bookkeeping a commit's user metadata holds, None if it holds none (another writer's commit,
+    or an older format)."""
+    try:
+        found = json.loads(user_metadata)[METADATA_KEY]
+    except (TypeError, ValueError, KeyError):
+        return None
+    if not isinstance(found, dict) or found.get("format") != METADATA_FORMAT:
+        return None
+    return {int(i): {src: int(v) for src, v in p.items()} for i, p in found["bookkeeping"].items()}
+
+
 def union_sql(parts: list[str], tasks: int) -> str:
     """UNION ALL of the parts, read in at most `tasks` tasks.
 
@@ -240,9 +282,10 @@ def append_sql(table: str, staged: str) -> str:
     return f"INSERT INTO {table} SELECT * FROM {staged}"
 
 
-def compact_sql(table: str, staged: str, store: StoreColumns) -> str:
-    """Overwrite the store with its rows plus the staged ones, one row per map and key: values summed,
-    keys whose values all sum to 0 dropped, bookkeeping rows reduced to their latest value.
+def compact_rows_sql(table: str, staged: str, store: StoreColumns) -> str:
+    """The store's rows (of `table`, a table expression of them) plus the staged ones, one row per map and
+    key: values summed, keys whose values all sum to 0 dropped, bookkeeping rows reduced to their latest
+    value; in key order (see key_order).
 
     Keys group NULL-safely (GROUP BY treats NULL as a value), so NULL group keys stay keys."""
     keys = ["map_id"] + store.keys + ["src"]
@@ -252,7 +295,7 @@ def compact_sql(table: str, staged: str, store: StoreColumns) -> str:
               else f"MAX({c}) AS {c}"
               for c, t in store.columns]
     live = " OR ".join(f"COALESCE(SUM({c}), 0) <> 0" for c in values) or "FALSE"
-    return (f"INSERT OVERWRITE {table} SELECT {', '.join(select)} FROM "
+    return (f"SELECT {', '.join(select)} FROM "
             f"(SELECT * FROM {table} UNION ALL SELECT * FROM {staged}) AS rows "
             f"GROUP BY {', '.join(keys)} HAVING map_id < 0 OR {live} {key_order(store)}")
 

@@ -56,11 +56,21 @@ def current_version(spark, table: str) -> int:
     return int(latest_commit(spark, table)["version"])
 
 
-def change_rows_sql(table: str, start: int, end: int, columns) -> str:
-    """The consolidated changes of versions start..end: one row per distinct tuple with its net
-    multiplicity (a row inserted and deleted in the range cancels out)."""
+def change_rows_sql(table: str, start: int, end: int, columns, consolidated: bool = True) -> str:
+    """The changes of versions start..end, consolidated: one row per distinct tuple with its net
+    multiplicity (a row inserted and deleted in the range cancels out); else each change as a row of
+    multiplicity 1 or -1.
+
+    Both are the same relation with multiplicities, and the statements' SQL only sums multiplicities (it
+    aggregates a batch before any test of its rows), so they give the same increments: consolidating
+    costs a shuffle of the batch by all its columns, and pays only when many changes cancel or the
+    consolidated batch is read many times."""
     cols = ", ".join(quote(c) for c, _ in columns)
     sign = " ".join(f"WHEN '{k}' THEN {v}" for k, v in CHANGE_SIGNS.items())
+    changes = f"table_changes('{table}', {start}, {end})"
+    if not consolidated:
+        kinds = ", ".join(f"'{k}'" for k in CHANGE_SIGNS)
+        return (f"SELECT {cols}, CASE _change_type {sign} END AS {MULTIPLICITY} FROM {changes} "
+                f"WHERE _change_type IN ({kinds})")
     return (f"SELECT {cols}, SUM(CASE _change_type {sign} ELSE 0 END) AS {MULTIPLICITY} "
-            f"FROM table_changes('{table}', {start}, {end}) GROUP BY {cols} "
-            f"HAVING SUM(CASE _change_type {sign} ELSE 0 END) <> 0")
+            f"FROM {changes} GROUP BY {cols} HAVING SUM(CASE _change_type {sign} ELSE 0 END) <> 0")

@@ -163,9 +163,9 @@ def shared_products(statements: Sequence, exact: Callable[[str], bool]) -> tuple
             if set(group) != set(s.keys):
                 continue
             factors = factors_of(body)
-            heavy = tuple(f for f in factors if not _is_pure(f))
+            heavy = tuple(f for f in factors if not is_pure(f))
             if _shareable(heavy, exact):
-                groups.setdefault((tuple(s.keys), heavy), []).append((i, j, tuple(f for f in factors if _is_pure(f))))
+                groups.setdefault((tuple(s.keys), heavy), []).append((i, j, tuple(f for f in factors if is_pure(f))))
     shared: SharedProducts = {}
     for (keys, heavy), members in groups.items():
         if len(members) < 2:
@@ -270,7 +270,7 @@ class _Scope:
         return text
 
 
-def _is_pure(e: Expr) -> bool:
+def is_pure(e: Expr) -> bool:
     """A value computed from variables alone (no relation, map, batch, lift or aggregate inside)."""
     return all(isinstance(x, (Const, Var, Fn, Cmp, Prod, Sum)) for x in e.walk())
 
@@ -283,7 +283,7 @@ def _bound_by_lift(v: str, factors: Sequence[Expr]) -> bool:
     """Whether, among the factors, only one lift `(v ^= t)` (t without v) and values mention v."""
     using = _mentioning(v, factors)
     lifts = [f for f in using if isinstance(f, Lift) and f.var == v and v not in all_vars(f.expr)]
-    return len(lifts) == 1 and all(f is lifts[0] or _is_pure(f) for f in using)
+    return len(lifts) == 1 and all(f is lifts[0] or is_pure(f) for f in using)
 
 
 def _only_compared(v: str, factors: Sequence[Expr], correlated: Sequence[str]) -> tuple[Cmp, Expr, str] | None:
@@ -296,7 +296,7 @@ def _only_compared(v: str, factors: Sequence[Expr], correlated: Sequence[str]) -
     if Var(v) not in (c.left, c.right):
         return None
     value, op = (c.left, c.op) if c.right == Var(v) else (c.right, FLIPPED_CMP[c.op])
-    if not _is_pure(value) or set(all_vars(value)) & set(correlated):
+    if not is_pure(value) or set(all_vars(value)) & set(correlated):
         return None
     return c, value, op
 
@@ -321,7 +321,22 @@ class SqlGen:
         return name
 
     def statement(self, e: Expr, keys: Sequence[str], consolidated: bool = True) -> str:
-        body = self.aggregate(e, keys, consolidated)
+        return self._with_stages(self.aggregate(e, keys, consolidated))
+
+    def sums(self, e: Expr, values: Sequence[Expr], keys: Sequence[str]) -> str:
+        """SELECT keys…, __v0, __v1, …: per binding of the keys, the sum of e's rows times each value
+        (values over e's variables): the aggregates of several statements over one product in one pass."""
+        inner = self.select(e)
+        missing = [k for k in (*keys, *(v for x in values for v in all_vars(x))) if k not in inner.outputs]
+        if missing:
+            raise UnsupportedQueryError(f"variable {missing[0]} not bound by {e}")
+        columns = {v: f"p.{quote(v)}" for v in inner.outputs}
+        sums = [f"SUM(p.{VALUE} * {self.value(x, columns)}) AS {VALUE}{i}" for i, x in enumerate(values)]
+        cols = ", ".join(quote(k) for k in keys)
+        group = f" GROUP BY {cols}" if keys else ""
+        return self._with_stages(f"SELECT {cols + ', ' if keys else ''}{', '.join(sums)} FROM ({inner.sql}) AS p{group}")
+
+    def _with_stages(self, body: str) -> str:
         if not self._stages:
             return body
         ctes = ", ".join(f"{name} AS ({sql})" for name, sql in self._stages)
@@ -399,7 +414,7 @@ class SqlGen:
             self._bind(scope, self.sources.map(f.name), alias, list(zip(f.keys, self.sources.map_keys(f.name))))
             scope.weights.append(f"{alias}.{VALUE}")
         elif isinstance(f, Lift):
-            if _is_pure(f.expr):
+            if is_pure(f.expr):
                 value = self.value(f.expr, scope.columns)
             elif isinstance(f.expr, (Fn, Cmp)):
                 value = self.value(self._nested_values_bound(f.expr, scope), scope.columns)
@@ -411,7 +426,7 @@ class SqlGen:
                 scope.columns[f.var] = value
         elif isinstance(f, Cmp):
             scope.conditions.append(self.condition(self._nested_values_bound(f, scope), scope.columns))
-        elif _is_pure(f) or isinstance(f, Fn):
+        elif is_pure(f) or isinstance(f, Fn):
             scope.weights.append(self.value(self._nested_values_bound(f, scope), scope.columns))
         else:
             self._nested_relation(f, scope)
@@ -420,7 +435,7 @@ class SqlGen:
         """e (a value) with each nested aggregate inside it replaced by a variable the scope binds to
         the aggregate's value. All of them are bound before any SQL of e is taken from the scope's
         columns, which a correlated aggregate re-stages."""
-        if _is_pure(e):
+        if is_pure(e):
             return e
         if isinstance(e, (Fn, Cmp)):
             return e.with_children(tuple(self._nested_values_bound(c, scope) for c in e.children()))

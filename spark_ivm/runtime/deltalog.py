@@ -1,0 +1,300 @@
+"""A Delta table's log, read on the driver: its latest version, id, columns and properties, what its commits
+hold; and an append that commits only if nothing was added to the table since the version it was computed
+from. None of it runs a Spark job.
+
+Delta keeps all of this in the table's `_delta_log` folder: a JSON file per commit (its actions: files added
+and removed with their statistics, the commit's information with its user metadata) and, after each
+commit, a checksum file with the table's metadata and size. Spark SQL's ways of asking run Spark jobs:
+DESCRIBE HISTORY one; DESCRIBE DETAIL, a read `VERSION AS OF` an older version and Delta's idempotent
+writes (txnAppId) make Delta rebuild the table's state from its log (a few more). Reading a file or two
+on the driver takes milliseconds.
+
+The reads go through the JVM's DeltaLog, so they see the table as Delta does (any file system the session
+reaches, Delta's own parsing, its cache of the latest snapshot). Spark Connect has no JVM on the client:
+there `DeltaLogs.available` is False and the runtime asks SQL instead.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from decimal import Decimal
+
+from spark_ivm.errors import IVMError
+
+log = logging.getLogger("spark_ivm")
+
+# Delta's exceptions for a commit that lost a race with another one: the table changed in a way the
+# transaction's reads depend on.
+_CONFLICTS = ("ConcurrentAppendException", "ConcurrentDeleteReadException", "ConcurrentDeleteDeleteException",
+              "ConcurrentTransactionException", "ConcurrentWriteException", "MetadataChangedException",
+              "ProtocolChangedException")
+
+
+CACHED_COMMITS = 256  # commits whose actions a session keeps (a batch's, and those its files were added in)
+# How far back a removed file's add action is looked for, to learn the range of its rows.
+FILE_LOOKBACK_VERSIONS = 20
+
+
+class ConcurrentCommitError(IVMError):
+    """Another commit to the table was made after the version an append was computed from."""
+
+
+class NotDeltaError(IVMError):
+    """The table exists but is not a Delta table."""
+
+
+@dataclass(frozen=True)
+class TableSnapshot:
+    """A Delta table as of its latest version when it was looked up."""
+    table: str  # as named when looked up
+    version: int
+    table_id: str  # Delta's table id: a table dropped and created again under the same name has a new one
+    columns: tuple[tuple[str, str], ...]  # (name, Spark SQL type) in schema order
+    properties: dict[str, str]
+    size_bytes: int | None  # of its current files, from the checksum (None: not written)
+    location: str
+    handle: object = field(default=None, compare=False, repr=False)  # the JVM's (DeltaLog, Snapshot, table)
+
+    @property
+    def change_feed(self) -> bool:
+        return self.properties.get("delta.enableChangeDataFeed", "false").lower() == "true"
+
+
+@dataclass(frozen=True)
+class Changes:
+    """What the commits of a range of versions of a table changed, as their log says."""
+    data_changed: bool  # any file added or removed with a change of data (not a compaction, not metadata)
+    rows: int | None  # the change data feed has at most this many rows (None: not known)
+    # column -> (lowest, highest) of the values of every changed row in the column, from the files'
+    # statistics; (None, None) where the changed rows hold only NULLs. Only columns every touched file has
+    # statistics for.
+    ranges: dict[str, tuple]
+    # Whether every file the commits touched holds only changed rows (added or removed whole), so that the
+    # ranges are of the changed rows themselves; rows deleted from a file through a deletion vector only
+    # lie within that file's range.
+    tight: bool = True
+
+
+class DeltaLogs:
+    """The Delta logs of tables of one Spark session."""
+
+    def __init__(self, spark):
+        self.spark = spark
+        self._js = getattr(spark, "_jsparkSession", None)
+        # A commit's file never changes: its actions by (table id, version), the latest ones read.
+        self._actions: OrderedDict[tuple[str, int], list[dict]] = OrderedDict()
+
+    @property
+    def available(self) -> bool:
+        return self._js is not None
+
+    # -- snapshots -----------------------------------------------------------------------------------------
+    def snapshot(self, table: str) -> TableSnapshot | None:
+        """The table's latest snapshot; None when no table has the name. Raises NotDeltaError for another
+        kind of table or a view."""
+        jvm, js = self.spark._jvm, self._js
+        catalog = js.sessionState().catalog()
+        ident = js.sessionState().sqlParser().parseTableIdentifier(table)
+        if not catalog.tableExists(ident):
+            return None
+        meta = catalog.getTableMetadata(ident)
+        provider = meta.provider().get() if meta.provider().isDefined() else meta.tableType().name().lower()
+        if provider.lower() != "delta":
+            raise NotDeltaError(f"{table} is not a Delta table (format {provider})")
+        delta_log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(js, meta)
+        option = jvm.scala.Option
+        snapshot = delta_log.update(False, option.empty(), option.apply(meta))
+        if snapshot.version() < 0:
+            return None
+        metadata = snapshot.metadata()
+        checksum = snapshot.checksumOpt()
+        return TableSnapshot(
+            table=table,
+            version=int(snapshot.version()),
+            table_id=str(metadata.id()),
+            columns=_columns(snapshot.schema().json()),
+            properties=dict(jvm.scala.jdk.javaapi.CollectionConverters.asJava(metadata.configuration())),
+            size_bytes=int(checksum.get().tableSizeBytes()) if checksum.isDefined() else None,
+            location=str(meta.location().toString()),
+            handle=(delta_log, snapshot, meta),
+        )
+
+    # -- commits -------------------------------------------------------------------------------------------
+    def actions(self, snapshot: TableSnapshot, version: int) -> list[dict]:
+        """The actions of one commit of the table (each a dict with one key: add, remove, cdc, commitInfo, …).
+        Raises an error of the JVM if the commit's file is gone (e.g. cleaned up by log retention)."""
+        key = (snapshot.table_id, version)
+        if key in self._actions:
+            self._actions.move_to_end(key)
+            return self._actions[key]
+        delta_log = snapshot.handle[0]
+        path = self.spark._jvm.org.apache.hadoop.fs.Path(delta_log.logPath(), f"{version:020d}.json")
+        lines = delta_log.store().read(path, delta_log.newDeltaHadoopConf()).iterator()
+        actions = []
+        while lines.hasNext():
+            line = lines.next()
+            if line.strip():
+                actions.append(json.loads(line, parse_float=Decimal))
+        self._actions[key] = actions
+        if len(self._actions) > CACHED_COMMITS:
+            self._actions.popitem(last=False)
+        return actions
+
+    def user_metadata(self, snapshot: TableSnapshot, version: int | None = None) -> str | None:
+        """The user metadata of a commit (by default the snapshot's)."""
+        for action in self.actions(snapshot, snapshot.version if version is None else version):
+            if "commitInfo" in action:
+                return action["commitInfo"].get("userMetadata")
+        return None
+
+    def changes(self, snapshot: TableSnapshot, start: int, end: int, columns=()) -> Changes:
+        """What versions start..end of the table changed, with the ranges of `columns` (see Changes)."""
+        changed, rows, tight = False, 0, True
+        ranges: dict[str, list | None] = {c: [None, None] for c in columns}
+        for version in range(start, end + 1):
+            for added, removed in _files_by_path(self.actions(snapshot, version)).values():
+                if not any(a.get("dataChange", True) for a in added + removed):
+                    continue
+                changed = True
+                tight = tight and not (added and removed)
+                count = _changed_rows(added, removed)
+                rows = None if rows is None or count is None else rows + count
+                # A file removed and added back holds the same rows with more of them deleted: the added
+                # one's statistics are of all of them. A file removed whole has its statistics where it was
+                # added (a remove action carries only its row count).
+                for action in added or [self._as_added(snapshot, version, r) for r in removed]:
+                    _widen(ranges, action)
+        return Changes(changed, rows, {c: tuple(r) for c, r in ranges.items() if r is not None}, tight)
+
+    def _as_added(self, snapshot: TableSnapshot, version: int, removed: dict) -> dict:
+        """The add action of a removed file, found in the commits before `version` (up to
+        FILE_LOOKBACK_VERSIONS of them), else the remove action itself."""
+        stats = _stats(removed)
+        if stats is not None and "minValues" in stats:
+            return removed
+        for earlier in range(version - 1, max(-1, version - 1 - FILE_LOOKBACK_VERSIONS), -1):
+            for action in self.actions(snapshot, earlier):
+                if "add" in action and action["add"]["path"] == removed["path"]:
+                    return action["add"]
+        return removed
+
+    # -- writes --------------------------------------------------------------------------------------------
+    def append(self, snapshot: TableSnapshot, df, user_metadata: str) -> tuple[int, int]:
+        """Append the DataFrame's rows to the table in one commit with the user metadata, as a transaction
+        that read the whole table as of `snapshot`: Delta refuses the commit (ConcurrentCommitError) if any
+        commit after that version added or removed files, so two writes computed from one version never
+        both land. Returns (the version committed, the rows written)."""
+        return self._write(snapshot, df, user_metadata, overwrite=False)
+
+    def overwrite(self, snapshot: TableSnapshot, df, user_metadata: str) -> tuple[int, int]:
+        """Replace the table's rows as of `snapshot` with the DataFrame's, as `append` does."""
+        return self._write(snapshot, df, user_metadata, overwrite=True)
+
+    def _write(self, snapshot: TableSnapshot, df, user_metadata: str, overwrite: bool) -> tuple[int, int]:
+        jvm = self.spark._jvm
+        delta_log, jsnapshot, meta = snapshot.handle
+        option = jvm.scala.Option
+        txn = delta_log.startTransaction(option.apply(meta), option.apply(jsnapshot))
+        txn.readWholeTable()
+        # A transaction writes the rows' own types: cast them to the table's, as INSERT does.
+        df = df.selectExpr(*(f"CAST(`{c.replace('`', '``')}` AS {t}) AS `{c.replace('`', '``')}`" for c, t in snapshot.columns))
+        files = txn.writeFiles(df._jdf)
+        actions = files
+        if overwrite:
+            removed = [f.remove() for f in jsnapshot.allFiles().collectAsList()]
+            actions = files.appendedAll(jvm.scala.jdk.javaapi.CollectionConverters.asScala(removed).toList())
+        operation = _write_operation(jvm, self.spark.sparkContext._gateway, user_metadata, overwrite)
+        try:
+            version = txn.commit(actions, operation)
+        except Exception as exc:
+            if any(name in str(exc) for name in _CONFLICTS):
+                raise ConcurrentCommitError(
+                    f"another commit to {snapshot.table} was made after version {snapshot.version}") from None
+            raise
+        rows = 0
+        added = files.iterator()
+        while added.hasNext():
+            stats = added.next().stats()
+            rows += json.loads(stats)["numRecords"] if stats else 0
+        return int(version), rows
+
+
+def _columns(schema_json: str) -> tuple[tuple[str, str], ...]:
+    from pyspark.sql.types import StructType
+
+    schema = StructType.fromJson(json.loads(schema_json))
+    return tuple((f.name, f.dataType.simpleString()) for f in schema.fields)
+
+
+def _write_operation(jvm, gateway, user_metadata: str, overwrite: bool):
+    """Delta's WRITE operation (append or overwrite) carrying the user metadata into the commit's
+    information."""
+    from py4j.java_gateway import JavaClass
+
+    write = JavaClass("org.apache.spark.sql.delta.DeltaOperations$Write", gateway._gateway_client)
+    companion = getattr(getattr(jvm, "org.apache.spark.sql.delta.DeltaOperations$Write$"), "MODULE$")
+    # Write(mode, partitionBy, predicate, userMetadata, …): every argument but the mode and the user
+    # metadata at its default.
+    arguments = [getattr(companion, f"$lessinit$greater$default${i}")() for i in range(2, 10)]
+    arguments[2] = jvm.scala.Option.apply(user_metadata)
+    mode = jvm.org.apache.spark.sql.SaveMode.Overwrite if overwrite else jvm.org.apache.spark.sql.SaveMode.Append
+    return write(mode, *arguments)
+
+
+def _files_by_path(actions: list[dict]) -> dict[str, tuple[list[dict], list[dict]]]:
+    """The commit's data file actions by file: (adds, removes). A deletion that marks rows in a deletion
+    vector removes the file and adds it back with the new vector. Change data files are left out: the
+    rows they hold are rows of the files the commit removes and adds (an update's old and new rows)."""
+    files: dict[str, tuple[list, list]] = {}
+    for action in actions:
+        for kind, i in (("add", 0), ("remove", 1)):
+            if kind in action:
+                files.setdefault(action[kind]["path"], ([], []))[i].append(action[kind])
+    return files
+
+
+def _stats(action: dict) -> dict | None:
+    stats = action.get("stats")
+    return json.loads(stats, parse_float=Decimal) if isinstance(stats, str) and stats else None
+
+
+def _cardinality(action: dict) -> int:
+    return int((action.get("deletionVector") or {}).get("cardinality", 0))
+
+
+def _changed_rows(added: list[dict], removed: list[dict]) -> int | None:
+    """How many rows of the change data feed a data file's actions in one commit make, at most."""
+    if added and removed:  # rows deleted through a deletion vector
+        return abs(sum(map(_cardinality, added)) - sum(map(_cardinality, removed)))
+    count = 0
+    for action in added + removed:
+        stats = _stats(action)
+        if stats is None or "numRecords" not in stats:
+            return None
+        count += int(stats["numRecords"]) - _cardinality(action)
+    return count
+
+
+def _widen(ranges: dict[str, list | None], action: dict) -> None:
+    """Widen each column's range by a data file's statistics; a column the file has none for loses its."""
+    if not ranges:
+        return
+    stats = _stats(action)
+    for column, bounds in list(ranges.items()):
+        if bounds is None:
+            continue
+        if stats is None:
+            ranges[column] = None
+            continue
+        nulls, records = stats.get("nullCount", {}).get(column), stats.get("numRecords")
+        low, high = stats.get("minValues", {}).get(column), stats.get("maxValues", {}).get(column)
+        if low is None or high is None:
+            if nulls is not None and nulls == records:
+                continue  # only NULLs in this file
+            ranges[column] = None
+            continue
+        bounds[0] = low if bounds[0] is None else min(bounds[0], low)
+        bounds[1] = high if bounds[1] is None else max(bounds[1], high)

@@ -1,0 +1,140 @@
+"""Writing the user's view after its store changed: in the form that reads fastest (see viewsql).
+
+After a refresh, the view's maps as of the new store version are its maps as of the version the refresh
+read plus the refresh's increments. When the view carries its maps and they are of that version, adding
+the increments on the driver gives the new maps without reading the store, and one small query over those
+literals the view's rows; otherwise one query over the store (and the increments) computes them.
+
+A refresh that commits version w replaces the view's definition with literals of w. Two refreshes that
+race can replace it in either order, so each checks afterwards that w is still the store's latest
+version, and if not leaves the view reading the store: never rows older than the store's.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from spark_ivm import config, heuristics
+from spark_ivm.runtime.deltalog import DeltaLogs
+from spark_ivm.runtime.run import session_settings
+from spark_ivm.runtime.sqlgen import quote
+from spark_ivm.runtime.viewsql import (
+    PROPERTY_FORM, PROPERTY_MAPS, PROPERTY_VERSION, ROWS, STORE, held_maps_sql, inlinable, map_columns, maps_sql,
+    merged_maps, output_columns, read_view_sql, rows_view_sql, view_maps,
+)
+
+log = logging.getLogger("spark_ivm")
+
+PROPERTY_ROWS = "spark_ivm.row_count"  # how many rows the view's inline form needed when last computed
+
+
+class ViewForms:
+    """The views' definitions in the catalog of one Spark session."""
+
+    def __init__(self, spark, logs: DeltaLogs):
+        self.spark = spark
+        self.logs = logs
+
+    def current(self, name: str) -> dict:
+        """The view's properties and text ("text") as the catalog has them (no Spark job); {} if there is
+        none or the catalog is out of reach."""
+        if not self.logs.available:
+            return {}
+        js = self.spark._jsparkSession
+        catalog = js.sessionState().catalog()
+        ident = js.sessionState().sqlParser().parseTableIdentifier(name)
+        if not catalog.tableExists(ident):
+            return {}
+        meta = catalog.getTableMetadata(ident)
+        found = dict(self.spark._jvm.scala.jdk.javaapi.CollectionConverters.asJava(meta.properties()))
+        text = meta.viewText()
+        found["text"] = text.get() if text.isDefined() else ""
+        return found
+
+    def publish(self, entry, version: int, maps_at: str, current: dict | None = None, base_version: int | None = None,
+                increments: list[tuple] | None = None, retry: bool = False) -> str:
+        """Write the view's definition for the store version `version`; the form written.
+
+        maps_at: a table expression of the store's rows of the view's maps as of `version`.
+        current: the view as `current` gave it before the refresh (None: look it up).
+        base_version, increments: the version the refresh computed from and its increments of the view's
+        maps (raw rows in map_columns order), when it has them on the driver.
+        retry: try the inline form even if it did not fit last time."""
+        current = self.current(entry.name) if current is None else current
+        form, shown = current.get(PROPERTY_FORM), _int(current.get(PROPERTY_VERSION))
+        inline_rows = config.INLINE_ROWS.get(self.spark)
+        if form == ROWS and shown == version:
+            return ROWS
+        first = form is None
+        if not (inline_rows and self.logs.available and all(inlinable(c.type_sql) for c in output_columns(entry))):
+            return self._store_form(entry, form, version)
+        maps = None
+        if all(inlinable(c.type_sql) for c in map_columns(entry)):
+            held = held_maps_sql(current.get("text", "")) if form == ROWS else None
+            if held is not None and shown == base_version and increments is not None:
+                # The literals are of the version the increments were computed from: add them, no job.
+                old = [tuple(r) for r in self.spark.sql(held).collect()] if held else []
+                maps = merged_maps(old, increments, map_columns(entry))
+            elif held is not None or first or retry:
+                maps = self._collect(_compact_maps_sql(entry, maps_at), inline_rows)
+            if maps is not None and len(maps) > inline_rows:
+                maps = None
+        limited = entry.plan.query.limit is not None and entry.plan.query.limit <= inline_rows
+        fitted = _int(current.get(PROPERTY_ROWS), inline_rows + 1) <= inline_rows
+        if maps is None and not (limited or fitted or first or retry):
+            return self._store_form(entry, form, version)
+        view = maps_sql(entry, maps) if maps is not None else read_view_sql(entry, f"({maps_at}) AS maps")
+        columns = output_columns(entry)
+        raw = ", ".join(f"{c.raw(quote(c.name))} AS {quote(c.name)}" for c in columns)
+        # Over literals, one partition: a sort then samples nothing (a job less) and a shuffle has one task.
+        with session_settings(self.spark, {"spark.sql.shuffle.partitions": "1"} if maps is not None else {}):
+            rows = self._collect(f"SELECT {raw} FROM ({view}) AS v", inline_rows)
+        if len(rows) <= inline_rows:
+            for carried in ([maps, None] if maps is not None else [None]):
+                text = rows_view_sql(entry, rows, carried)
+                if len(text) <= heuristics.INLINE_SQL_CHARS_MAX:
+                    self._replace(entry, ROWS, version, len(rows), carried is not None, text)
+                    return self._checked(entry, version)
+        return self._store_form(entry, form, version, len(rows))
+
+    def _store_form(self, entry, form: str | None, version: int, row_count: int = 0) -> str:
+        if form != STORE:
+            self._replace(entry, STORE, version, row_count, False, read_view_sql(entry))
+        return STORE
+
+    def _collect(self, sql: str, inline_rows: int) -> list[tuple]:
+        """The query's rows, at most one more than an inline form may hold."""
+        return [tuple(r) for r in self.spark.sql(f"{sql} LIMIT {inline_rows + 1}").collect()]
+
+    def _replace(self, entry, form: str, version: int, row_count: int, maps: bool, text: str) -> None:
+        properties = ", ".join(f"'{k}' = '{v}'" for k, v in (
+            (PROPERTY_FORM, form), (PROPERTY_VERSION, version), (PROPERTY_ROWS, row_count),
+            (PROPERTY_MAPS, "yes" if maps else "no")))
+        self.spark.sql(f"CREATE OR REPLACE VIEW {entry.name} TBLPROPERTIES ({properties}) AS {text}")
+
+    def _checked(self, entry, version: int) -> str:
+        """ROWS, unless a later commit to the store raced the replacement: then the view reads the store."""
+        latest = self.logs.snapshot(entry.store)
+        if latest is not None and latest.version != version:
+            self._replace(entry, STORE, latest.version, 0, False, read_view_sql(entry))
+            return STORE
+        return ROWS
+
+
+def _int(value, default=None):
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return default
+
+
+def _compact_maps_sql(entry, maps_at: str) -> str:
+    """The view's maps in `maps_at` (store rows) as one raw row per map and key, in map_columns order."""
+    columns = map_columns(entry)
+    keys = [c for c in columns if not c.name.startswith("v_")]
+    values = [c for c in columns if c.name.startswith("v_")]
+    ids = ", ".join(str(m.map_id) for m in view_maps(entry))
+    select = [c.raw(c.name) for c in keys] + [f"SUM({c.name})" for c in values]
+    live = " OR ".join(f"COALESCE(SUM({c.name}), 0) <> 0" for c in values) or "FALSE"
+    return (f"SELECT {', '.join(select)} FROM ({maps_at}) AS m WHERE map_id IN ({ids}) "
+            f"GROUP BY {', '.join(c.name for c in keys)} HAVING {live}")

@@ -1,0 +1,605 @@
+"""REFRESH: bring the views of one map store up to date with their sources, in one commit.
+
+The steps, as REFRESH reports their seconds:
+- progress: the store's bookkeeping (each view's applied source versions, its catalog entry's token, the
+  store's sequence number), from the user metadata of the store's latest commit in its Delta log;
+- look-ups: each source table's latest version, columns and Delta table id, from its Delta log. A source
+  whose commits since the applied version changed no data (a compaction, a property) needs no work;
+- batches, store read, stages, triggers: each changed source's consolidated change data feed, and the
+  trigger statements' increments of the maps (see run.py for the two ways they are computed);
+- write: one commit of the increments and the new bookkeeping, carrying the bookkeeping in its user
+  metadata too; a transaction that read the store as of the version the refresh started from, so that
+  of two refreshes computed from one version only one lands (exactly once);
+- view: the user's view written for the new version (see publish.py).
+A refresh with nothing to apply reads two Delta logs and the view's definition: no Spark job.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+
+from pyspark.sql import DataFrame
+
+from spark_ivm import config, heuristics, udfs
+from spark_ivm.analysis import map_key_bindings, map_names, relations
+from spark_ivm.errors import IVMError, RefreshError
+from spark_ivm.runtime.deltalog import ConcurrentCommitError, TableSnapshot
+from spark_ivm.runtime.fused import Fused, fuse, fused_sql
+from spark_ivm.runtime.mapstore import (
+    ENTRY_TOKEN, SEQUENCE, SEQUENCE_ID, StoreColumns, append_sql, bookkeeping_metadata, bookkeeping_of,
+    bookkeeping_sql, compact_rows_sql, key_range_sql, key_set_sql, map_conditions, sequence_sql, staged_sql,
+    union_sql,
+)
+from spark_ivm.runtime.run import RefreshRun, session_settings
+from spark_ivm.runtime.sqlgen import VALUE, Sources, quote, shared_products, statement_sql, with_shared
+from spark_ivm.runtime.viewsql import PROPERTY_MAPS, map_columns, view_maps
+
+log = logging.getLogger("spark_ivm")
+
+# Session settings for the refresh's own Spark work. Adaptive execution turns every broadcast and shuffle
+# of the triggers' small joins into a job of its own, and re-plans after each.
+REFRESH_SETTINGS = {"spark.sql.adaptive.enabled": "false"}
+# Session settings for a refresh that runs its plans interpreted (see heuristics.runs_interpreted): no
+# whole-stage code, and expressions evaluated without generating code for them either.
+INTERPRETED_SETTINGS = {"spark.sql.codegen.wholeStage": "false", "spark.sql.codegen.factoryMode": "NO_CODEGEN"}
+# Session settings for writing a map store: files of bounded size, so that a store written in key order
+# has files that each hold a narrow range of keys (see mapstore.key_order).
+STORE_WRITE_SETTINGS = {"spark.sql.files.maxRecordsPerFile": str(heuristics.STORE_FILE_ROWS)}
+# A collect of the first n rows of a query scans this many of its partitions in its first job (Spark's
+# default, 1, takes a job per partition when the rows are fewer than asked for).
+COLLECT_SETTINGS = {"spark.sql.limit.initialNumPartitions": "1000000"}
+CRASH_ENV = "SPARK_IVM_CRASH_AT"  # test hook: exit the process abruptly at a named refresh step
+ATTEMPTS = 3  # a refresh whose commit lost a race with another refresh of the store starts again
+
+
+def crash_point(step: str) -> None:
+    if os.environ.get(CRASH_ENV) == step:
+        os._exit(17)
+
+
+class StaleEntry(Exception):
+    """A cached catalog entry no longer describes the view in its store."""
+
+
+@dataclass
+class ViewRefresh:
+    """One view's part of a refresh: the source versions it starts from and goes to, the sources that
+    changed (in trigger order), and what its steps have produced so far."""
+    entry: object  # engine.ViewEntry
+    applied: dict[str, int]
+    targets: dict[str, int]
+    changed: list[str]
+    versions: dict[str, int] = field(default_factory=dict)  # the version of each source the next step sees
+    pending: dict[str, list[str]] = field(default_factory=dict)  # map -> increments of earlier steps
+    increments: list[str] = field(default_factory=list)  # store-shaped rows to write
+    bounds: dict[str, str | None] = field(default_factory=dict)  # map -> the rows its reads need (map_bounds)
+    view: dict = field(default_factory=dict)  # the user's view as the catalog had it (ViewForms.current)
+
+    def __post_init__(self):
+        self.versions = dict(self.applied)
+
+    def batch_key(self, table: str) -> tuple[str, int, int]:
+        """The changed source's batch: (table, first version, last version) to apply."""
+        return table, self.applied[table] + 1, self.targets[table]
+
+
+def sources(run: RefreshRun, relation_tables, source_columns, versions, layout, deltas=None, pending=None,
+            bounds=None) -> Sources:
+    """Where a run's statements read relations, batches and maps (see sqlgen.Sources)."""
+    deltas = deltas or {}
+    pending = pending or {}  # map -> its increments from sources applied earlier in this refresh
+    bounds = bounds or {}  # map -> the condition its rows that statements can join hold for
+
+    def relation(rel: str) -> str:
+        table = relation_tables[rel]
+        return run.pinned(table, versions[table])
+
+    def map_sql(map_name: str) -> str:
+        base = layout.read_map_sql(map_name, run.store(layout.table), bounds.get(map_name))
+        extra = pending.get(map_name)
+        if not extra:
+            return base
+        # Rows of a map sum per key (see read_map_sql): the earlier increments are more rows.
+        return "(" + " UNION ALL ".join(f"SELECT * FROM {x} AS p{i}" for i, x in enumerate([base] + extra)) + ")"
+
+    return Sources(
+        relation=relation,
+        delta=lambda rel: deltas[rel],
+        map=map_sql,
+        columns=lambda rel: [c for c, _ in source_columns[relation_tables[rel]]],
+        map_keys=lambda map_name: layout.map(map_name).keys,
+        stage=run.stage,
+        drives=lambda rel: 0 < run.batch_rows.get(deltas.get(rel), 0) <= heuristics.BROADCAST_BATCH_ROWS,
+    )
+
+
+class StoreRefresh:
+    """One refresh of views of one map store: one commit, the views' definitions, their statistics."""
+
+    def __init__(self, engine, entries: list, check_tokens: bool = False):
+        self.engine = engine
+        self.spark = engine.spark
+        self.logs = engine.logs
+        self.entries = entries
+        self.store = entries[0].store
+        self.check_tokens = check_tokens  # the entries come from a cache: StaleEntry if the store disagrees
+
+    def run(self) -> list[dict]:
+        """Refresh the views; their statistics, in order. A commit that loses a race with another refresh
+        of the store is computed again from the store as that one left it."""
+        for attempt in range(ATTEMPTS):
+            try:
+                with session_settings(self.spark, REFRESH_SETTINGS):
+                    return self._attempt()
+            except ConcurrentCommitError:
+                if attempt + 1 == ATTEMPTS:
+                    raise RefreshError(f"the map store {self.store} of {self.entries[0].name} was written by "
+                                       f"{ATTEMPTS} other refreshes while this one ran; try again") from None
+                log.info("the map store %s was written while a refresh ran; refreshing again", self.store)
+        raise AssertionError("unreachable")
+
+    def _attempt(self) -> list[dict]:
+        started = time.perf_counter()
+        for entry in self.entries:
+            udfs.require(self.spark, udfs.plan_functions(entry.plan), view=entry.name)
+        with RefreshRun(self.spark, self.logs) as run:
+            try:
+                with run.timed("progress"):
+                    progress, store = self._progress(run)
+            except Exception:
+                if self.check_tokens:  # e.g. the store was dropped by another process
+                    raise StaleEntry() from None
+                raise
+            if self.check_tokens and any(
+                    progress.get(e.layout.progress_id, {}).get(ENTRY_TOKEN) != e.token for e in self.entries):
+                raise StaleEntry()
+            sequence = progress.get(SEQUENCE_ID, {}).get(SEQUENCE, 0)
+            run.pin_store(self.store, store.version)  # the maps are read as of the progress read
+            crash_point("after_progress")
+            with run.timed("look-ups"):
+                store_columns = StoreColumns(store.columns) if store.handle else self.engine.store_columns(self.store)
+                run.look_up({t for entry in self.entries for t in entry.sources.values()})
+                work, stats = self._work(run, progress, started)
+            if work:
+                chosen = config.PLAN.get(self.spark)
+                run.materialize = not self.logs.available or chosen == "materialized" or (
+                    chosen == "auto" and not heuristics.plans_at_once([s for w in work for s in statements_of(w)]))
+                plan = "materialized" if run.materialize else "at_once"
+                execution = self._execution(run, work)
+                with session_settings(self.spark, INTERPRETED_SETTINGS if execution == "interpreted" else {}):
+                    staged = self._staged(work, sequence + 1, store_columns, run)
+                    crash_point("after_deltas")
+                    written, staged, increments = self._write(
+                        run, store, store_columns, staged, work, _progress_after(progress, work, sequence + 1),
+                        sequence + 1)
+                crash_point("after_write")
+                for w in work:
+                    stats[w.entry.name] = {**_stats(w.entry, "refreshed", w.targets, written, started),
+                                           "execution": execution, "plan": plan}
+                self._publish(run, work, store, staged, increments)
+            else:
+                # Nothing to apply: the views' definitions must still show the store as it is (a crash, or
+                # a refresh that raced another, may have left one behind).
+                with run.timed("view"):
+                    for entry in self.entries:
+                        self.engine.forms.publish(entry, store.version, self._store_rows(run, entry))
+            steps = run.step_seconds(time.perf_counter() - started)
+        for s in stats.values():
+            s["steps"] = steps
+        return [stats[e.name] for e in self.entries]
+
+    # -- what to do ------------------------------------------------------------------------------------------
+    def _progress(self, run: RefreshRun) -> tuple[dict[int, dict[str, int]], TableSnapshot]:
+        """The store's bookkeeping and the snapshot it is of: from the latest commit's user metadata when a
+        refresh or CREATE made it, else aggregated from the store's rows as of that version."""
+        if not self.logs.available:
+            version = self.engine.store_version(self.store)
+            return progress_rows(self.spark, f"{self.store} VERSION AS OF {version}"), \
+                TableSnapshot(self.store, version, "", (), {}, None, "")
+        store = self.logs.snapshot(self.store)
+        if store is None:
+            raise RefreshError(f"the map store {self.store} of view {self.entries[0].name} no longer exists; "
+                               f"run REFRESH INCREMENTAL VIEW {self.entries[0].name} FULL")
+        found = bookkeeping_of(self.logs.user_metadata(store))
+        if found is None:
+            found = progress_rows(self.spark, run.pinned(self.store, store.version))
+        return found, store
+
+    def _work(self, run: RefreshRun, progress, started) -> tuple[list[ViewRefresh], dict[str, dict]]:
+        """The views with changes to apply, and the statistics of those without."""
+        stats: dict[str, dict] = {}
+        work: list[ViewRefresh] = []
+        for entry in self.entries:
+            applied = applied_versions(entry, progress)
+            targets = {t: run.version(t) for t in set(entry.sources.values()) if run.columns(t) is not None}
+            for table in set(entry.sources.values()):
+                check_source(entry, table, run, applied)
+            changed = [t for t in ordered_tables(entry) if targets[t] > applied[t] and self._data_changed(run, t, applied[t])]
+            view = self.engine.forms.current(entry.name)
+            if changed:
+                work.append(ViewRefresh(entry, applied, targets, changed, view=view))
+            else:
+                stats[entry.name] = _stats(entry, "up to date", applied, 0, started)
+        return work, stats
+
+    def _data_changed(self, run: RefreshRun, table: str, applied: int) -> bool:
+        """Whether the source's commits after `applied` changed its rows, as its Delta log says (a commit
+        that only rewrote files or changed a property did not). True where the log cannot tell."""
+        snapshot = run.snapshots.get(table)
+        if snapshot is None:
+            return True
+        try:
+            return self.logs.changes(snapshot, applied + 1, snapshot.version).data_changed
+        except Exception as exc:  # a commit file cleaned up: the change data feed will say what is gone
+            log.debug("the log of %s does not tell what changed: %s", table, exc)
+            return True
+
+    def _execution(self, run: RefreshRun, work: list[ViewRefresh]) -> str:
+        """How the refresh's Spark plans run, as the session setting spark.ivm.codegen says: "compiled" (on,
+        the default), "interpreted" (off), or by the size of what the refresh may scan (auto, see
+        heuristics.runs_interpreted)."""
+        chosen = config.CODEGEN.get(self.spark)
+        if chosen == "auto":
+            # The store as pinned, and the source tables statements read whole (first-order maintenance,
+            # re-evaluation): what a refresh may scan beyond its batches.
+            tables = {(self.store, run.store_versions.get(self.store))} | {
+                (w.entry.sources[r], w.targets[w.entry.sources[r]])
+                for w in work for s in statements_of(w) for r in relations(s.expr)}
+            sizes = [run.size_bytes(t, v) for t, v in sorted(tables, key=repr)]
+            chosen = "off" if heuristics.runs_interpreted(None if None in sizes else sum(sizes)) else "on"
+        return "interpreted" if chosen == "off" else "compiled"
+
+    # -- the increments --------------------------------------------------------------------------------------
+    def _staged(self, work: list[ViewRefresh], sequence: int, store_columns: StoreColumns, run: RefreshRun) -> str:
+        """A temporary view of the rows to write: every view's map increments, summed to one row per
+        map and key, its new progress, and the store's new sequence number.
+
+        Each view applies its changed sources one after the other (the product rule): the triggers of
+        a later source read the base tables and maps as updated by the batches of the earlier ones.
+        The views advance together, one source at a time, so that each step is one Spark action for
+        all views rather than one per view.
+        """
+        # Every batch first: the keys they hold bound the map rows the statements can join.
+        wanted: dict[tuple, tuple[list, set[str]]] = {}  # batch -> (its columns, those that fix keys of maps)
+        references = [{table: map_references(w, table) for table in w.changed} for w in work]
+        for w, refs in zip(work, references):
+            for table in w.changed:
+                _, ranged = wanted.setdefault(w.batch_key(table), (w.entry.source_columns[table], set()))
+                ranged.update(c for _, fixed in refs[table] for _, c in fixed)
+        try:
+            run.consolidate(wanted)
+        except Exception:
+            for w in work:  # again one view at a time, so that the error names the view whose batch failed
+                _attributed(w.entry, lambda: run.consolidate({k: wanted[k] for k in map(w.batch_key, w.changed)}))
+            raise
+        for w, refs in zip(work, references):
+            w.bounds = map_bounds(w, run, refs)
+        read = [(i, name) for i, w in enumerate(work) for s in statements_of(w) for name in maps_read(s)]
+        if heuristics.reads_store_once(len(read)):
+            rows = dict.fromkeys(work[i].entry.layout.rows_of(name, work[i].bounds.get(name)) for i, name in read)
+            # Of those, the copy keeps only the rows at the batches' own values, written once per condition
+            # however many maps it bounds: a value list can have thousands of literals.
+            members = [map_bounds(w, run, refs, listed=True) for w, refs in zip(work, references)]
+            maps_kept: dict[str | None, dict[int, None]] = {}  # condition -> the maps it keeps rows of
+            for i, name in read:
+                maps_kept.setdefault(members[i].get(name), {})[work[i].entry.layout.map(name).map_id] = None
+            kept = None if members == [w.bounds for w in work] else " OR ".join(
+                f"map_id IN ({', '.join(map(str, ids))})" + (f" AND {condition}" if condition else "")
+                for condition, ids in maps_kept.items())
+            run.read_store_once(self.store, " OR ".join(rows), kept)
+        for step in range(max(len(w.changed) for w in work)):
+            read_later = []  # (view, its increments of this step) for views with sources still to apply
+            for w in work:
+                if step < len(w.changed):
+                    rows = _attributed(w.entry, lambda: self._source_increments(w, step, store_columns, run))
+                    if step + 1 < len(w.changed) and rows:
+                        read_later.append((w, rows))
+                    else:
+                        w.increments += [sql for _, sql in rows]
+            if read_later:
+                # _materialize unions all views' increments: no union of its own per view.
+                view = self._materialize(run, [(w.entry, " UNION ALL ".join(sql for _, sql in rows))
+                                               for w, rows in read_later])
+                for w, rows in read_later:
+                    layout = w.entry.layout
+                    for target in dict.fromkeys(t for targets, _ in rows for t in targets):
+                        w.pending.setdefault(target, []).append(layout.read_map_sql(target, view))
+                    ids = ", ".join(str(i) for i in layout.map_ids)
+                    w.increments.append(f"SELECT * FROM {view} WHERE map_id IN ({ids})")
+        parts = [(w.entry, staged_sql(w.increments, [w.entry.layout.progress_sql(w.targets, store_columns)],
+                                      store_columns, run.tasks)) for w in work]
+        parts.append((work[0].entry, sequence_sql(sequence, store_columns)))
+        return self._materialize(run, parts)
+
+    def _source_increments(self, w: ViewRefresh, step: int, store_columns: StoreColumns,
+                           run: RefreshRun) -> list[tuple[tuple[str, ...], str]]:
+        """The view's map increments from its step-th changed source, in the map store's row shape: (the
+        maps a query adds to, the query)."""
+        entry, table = w.entry, w.changed[step]
+        # The consolidated batch is read by every statement of the trigger (and by other views).
+        batch_view = run.batch(*w.batch_key(table), entry.source_columns[table])
+        if not run.batch_rows[batch_view]:
+            # The changes cancel out (a row inserted and deleted again): no statement has anything to add.
+            w.versions[table] = w.targets[table]
+            return []
+        deltas = {r: batch_view for r in relations_of(entry, table)}
+        before = sources(run, entry.sources, entry.source_columns, w.versions, entry.layout, deltas, w.pending, w.bounds)
+        # A re-evaluation (:=) computes the map's new contents, so it reads this source after its batch.
+        after = sources(run, entry.sources, entry.source_columns, {**w.versions, table: w.targets[table]},
+                        entry.layout, deltas, w.pending, w.bounds)
+        # Statements that sum different values over the same joins compute the joins once (see sqlgen), and
+        # those that differ only in what they sum over the same product, the sums at once (see fused.py).
+        shared, statements = shared_products_of(entry, statements_of(w, table))
+        before = with_shared(before, shared)
+        increments = []
+        for item in fuse(statements):
+            if isinstance(item, Fused):
+                sql = entry.layout.fused_rows_sql(item.targets, fused_sql(item, before), store_columns)
+                increments.append((item.targets, sql))
+            else:
+                sql = _statement_increments(entry, item, after if item.op == ":=" else before)
+                increments.append(((item.target,), entry.layout.rows_sql(item.target, sql, store_columns)))
+        # Only now: `sources` reads the versions when the statements' SQL is made.
+        w.versions[table] = w.targets[table]
+        return increments
+
+    def _materialize(self, run: RefreshRun, parts: list[tuple]) -> str:
+        """One temporary view of the UNION ALL of the views' parts (computed now in a materialized run). If
+        Spark fails, each part is tried alone, so that the error names the view that caused it."""
+        try:
+            return run.checkpoint(union_sql([sql for _, sql in parts], run.tasks), step="triggers")
+        except Exception as exc:
+            if len(parts) > 1:
+                for entry, sql in parts:
+                    _attributed(entry, lambda: run.checkpoint(sql, step="triggers"))
+            raise _refresh_failure(parts[0][0], exc) from exc
+
+    # -- the commit and the views --------------------------------------------------------------------------
+    def _write(self, run: RefreshRun, store: TableSnapshot, store_columns: StoreColumns, staged: str,
+               work: list[ViewRefresh], bookkeeping: dict, sequence: int) -> tuple[int, str, dict | None]:
+        """One commit of the staged rows: an append, or every `spark.ivm.compactEvery`-th refresh an
+        overwrite with the compacted store, carrying the new bookkeeping as its user metadata. Returns the
+        rows written, the view of the staged rows as written (computed) and, when they were collected to
+        write them, the increments of each view's own maps (raw, see viewsql.map_columns) by view name."""
+        metadata = bookkeeping_metadata(bookkeeping)
+        compact_every = config.COMPACT_EVERY.get(self.spark)
+        compact = compact_every > 0 and sequence % compact_every == 0
+        crash_point("before_write")
+        try:
+            if not self.logs.available:
+                with run.timed("write"):
+                    return self._write_sql(staged, store_columns, sequence, metadata, compact), staged, None
+            rows, collected = self.spark.table(staged), None
+            if not compact and heuristics.collects_increments([w.view.get(PROPERTY_MAPS) == "yes" for w in work]):
+                with run.timed("triggers"), session_settings(self.spark, COLLECT_SETTINGS):
+                    found = rows._jdf.limit(heuristics.COLLECTED_ROWS_MAX + 1).collectAsList()
+                if found.size() <= heuristics.COLLECTED_ROWS_MAX:
+                    collected = DataFrame(self.spark._jsparkSession.createDataFrame(found, rows._jdf.schema()),
+                                          self.spark)
+                    rows = collected
+                    staged = run.register(collected)
+            if collected is None and not run.materialize:
+                run.materialize = True  # computed once now, for the write and for the views
+                staged = run.checkpoint(f"SELECT * FROM {staged}", step="triggers")
+                rows = self.spark.table(staged)
+            with run.timed("write"), session_settings(self.spark, STORE_WRITE_SETTINGS):
+                if compact:
+                    compacted = self.spark.sql(compact_rows_sql(run.pinned(self.store, store.version), staged, store_columns))
+                    _, written = self.logs.overwrite(store, compacted, metadata)
+                    written = self.spark.table(staged).count()  # the refresh's rows, not the store's
+                else:
+                    _, written = self.logs.append(store, rows, metadata)
+        except ConcurrentCommitError:
+            raise
+        except Exception as exc:
+            raise _refresh_failure(work[0].entry, exc) from exc
+        if collected is None:
+            return written, staged, None
+        increments = {}
+        for w in work:
+            ids = ", ".join(str(m.map_id) for m in view_maps(w.entry))
+            # Rows held by the driver: filtering and selecting them runs no job.
+            increments[w.entry.name] = [tuple(r) for r in collected.where(f"map_id IN ({ids})").selectExpr(
+                *(c.raw(c.name) for c in map_columns(w.entry))).collect()]
+        return written, staged, increments
+
+    def _write_sql(self, staged: str, store_columns: StoreColumns, sequence: int, metadata: str, compact: bool) -> int:
+        """The write where the JVM's Delta log is out of reach (Spark Connect): SQL, exactly once through
+        Delta's idempotent writes (txnAppId: the store, txnVersion: the sequence number)."""
+        settings = {
+            "spark.databricks.delta.write.txnAppId": f"spark_ivm:{self.store}",
+            "spark.databricks.delta.write.txnVersion": str(sequence),
+            "spark.databricks.delta.commitInfo.userMetadata": metadata,
+            **STORE_WRITE_SETTINGS,
+        }
+        statement = (f"INSERT OVERWRITE {self.store} {compact_rows_sql(self.store, staged, store_columns)}" if compact
+                     else append_sql(self.store, staged))
+        with session_settings(self.spark, settings):
+            self.spark.sql(statement)
+        return self.spark.table(staged).count()
+
+    def _publish(self, run: RefreshRun, work: list[ViewRefresh], store: TableSnapshot, staged: str,
+                 increments: dict | None) -> None:
+        """Write each refreshed view's definition for the version just committed."""
+        crash_point("before_view")
+        version = store.version + 1
+        with run.timed("view"):
+            for w in work:
+                maps_at = (f"SELECT * FROM {self._store_rows(run, w.entry)} UNION ALL "
+                           f"SELECT * FROM {staged} WHERE map_id >= 0")
+                self.engine.forms.publish(w.entry, version, maps_at, w.view, store.version,
+                                          None if increments is None else increments[w.entry.name])
+
+    def _store_rows(self, run: RefreshRun, entry) -> str:
+        """The store's rows of the view's maps as of the pinned version."""
+        ids = ", ".join(str(m.map_id) for m in view_maps(entry))
+        return f"(SELECT * FROM {run.pinned(self.store, run.store_versions.get(self.store))} WHERE map_id IN ({ids}))"
+
+
+def _statement_increments(entry, s, statement_sources: Sources) -> str:
+    if s.op == ":=":
+        # Re-evaluation (depth 0): new contents minus old, as an increment.
+        keys = ", ".join(quote(k) for k in s.keys)
+        new = statement_sql(s.expr, s.keys, statement_sources)
+        old = statement_sources.map(s.target)
+        sel = f"{keys + ', ' if keys else ''}"
+        union = f"SELECT {sel}{VALUE} FROM ({new}) n UNION ALL SELECT {sel}-{VALUE} AS {VALUE} FROM {old} o"
+        group = f" GROUP BY {keys}" if keys else ""
+        return f"SELECT {sel}SUM({VALUE}) AS {VALUE} FROM ({union}) d{group} HAVING SUM({VALUE}) <> 0"
+    # A statement's rows are summed per map and key with all others when staged. Decimal values are
+    # summed per statement first, so that each increment is rounded to the map's type once, after
+    # summing, as computing the map from scratch does.
+    exact_sum = not entry.layout.map(s.target).value_type.startswith("decimal")
+    return statement_sql(s.expr, s.keys, statement_sources, consolidated=not exact_sum)
+
+
+def shared_products_of(entry, statements):
+    """shared_products of a trigger's statements, sharing the products whose maps hold integers."""
+    return shared_products(statements, exact=lambda m: entry.layout.map(m).value_type in INTEGRAL_TYPES)
+
+
+def map_bounds(w: ViewRefresh, run: RefreshRun, references: dict[str, list], listed: bool = False) -> dict[str, str | None]:
+    """Per map the refresh of a view reads: a condition on the store's columns that every row a
+    statement can join holds for, or None where the whole map is needed.
+
+    Where a statement joins a map with a batch on a key (see map_key_bindings), only keys in the
+    range of the batch's values in that column can join. A map read by several statements needs the
+    rows any of them can join; one read whole by any of them is read whole. With the store written
+    in key order, Delta skips the files of other keys: a batch of new orders reads the orders-keyed
+    maps' rows of new keys, not all of them. `references`: per changed source, map_references.
+
+    listed: only keys among the batch's values (run.batch_values), where the batch's are listed.
+    Delta skips no more files by them, but they leave fewer rows to copy."""
+    def bounded():
+        for table in w.changed:
+            batch = run.batch(*w.batch_key(table), w.entry.source_columns[table])
+            if not run.batch_rows[batch]:
+                continue  # no statement of this source runs
+            ranges, values = run.batch_ranges[batch], run.batch_values(batch) if listed else {}
+            for name, fixed in references[table]:
+                yield name, [key_set_sql(key, values[column]) if column in values
+                             else key_range_sql(key, *ranges[column]) for key, column in fixed if column in ranges]
+
+    return map_conditions(bounded())
+
+
+def _attributed(entry, compute):
+    """compute(), with a failure reported as a failure to refresh `entry`."""
+    try:
+        return compute()
+    except IVMError:
+        raise
+    except Exception as exc:
+        raise _refresh_failure(entry, exc) from exc
+
+
+def progress_rows(spark, store: str) -> dict[int, dict[str, int]]:
+    """Bookkeeping id -> {src: latest value}: per view (progress id), the last version applied of each
+    source table and its entry token; the store's sequence number under SEQUENCE_ID. `store` may be
+    any table expression of the store's rows."""
+    progress: dict[int, dict[str, int]] = {}
+    for r in spark.sql(bookkeeping_sql(store)).collect():
+        progress.setdefault(r["map_id"], {})[r["src"]] = r["src_version"]
+    return progress
+
+
+def applied_versions(entry, progress: dict[int, dict[str, int]]) -> dict[str, int]:
+    applied = {t: v for t, v in progress.get(entry.layout.progress_id, {}).items() if t != ENTRY_TOKEN}
+    missing = [t for t in entry.sources.values() if t not in applied]
+    if missing:
+        raise RefreshError(f"view {entry.name} has no recorded progress for {missing[0]}; "
+                           f"run REFRESH INCREMENTAL VIEW {entry.name} FULL")
+    return applied
+
+
+def check_source(entry, table: str, run: RefreshRun, applied: dict[str, int]) -> None:
+    """Raise RefreshError, naming the way out, if a source table can no longer feed the view incrementally:
+    gone, replaced by another table of the same name, or with other columns."""
+    now = run.columns(table)
+    if now is None:
+        raise RefreshError(f"source table {table} of view {entry.name} no longer exists")
+    snapshot = run.snapshots.get(table)
+    recorded = getattr(entry, "source_ids", {}).get(table)
+    replaced = (snapshot is not None and recorded is not None and snapshot.table_id != recorded) \
+        or run.version(table) < applied[table]
+    if replaced:
+        raise RefreshError(
+            f"source table {table} of view {entry.name} was dropped and created again since the view was "
+            f"built (it is another Delta table now); its changes since then cannot be read: run REFRESH "
+            f"INCREMENTAL VIEW {entry.name} FULL to rebuild the view from it")
+    # Columns added after the view's are no concern of the view: its SQL names the columns it reads.
+    was = entry.source_columns[table]
+    if now[:len(was)] != was:
+        now_types = dict(map(tuple, now))
+        changed = next(((c, t) for c, t in was if now_types.get(c) != t), None)
+        what = ("its columns are in another order" if changed is None
+                else f"column {changed[0]} is now of type {now_types[changed[0]]}, was {changed[1]}"
+                if changed[0] in now_types else f"column {changed[0]} ({changed[1]}) is gone or renamed")
+        raise RefreshError(
+            f"the columns of source table {table} changed since view {entry.name} was built: {what} "
+            f"(was {was}, now {now}); run REFRESH INCREMENTAL VIEW {entry.name} FULL to rebuild it")
+
+
+def _stats(entry, status, versions, rows, started) -> dict:
+    return {"view": entry.name, "status": status, "versions": versions, "rows_written": rows,
+            "seconds": time.perf_counter() - started}
+
+
+def _refresh_failure(entry, exc: Exception) -> Exception:
+    text = str(exc)
+    if any(k in text for k in ("DELTA_CHANGE_DATA_FEED", "ChangeDataFeed", "FileNotFound", "VersionNotFound",
+                               "DELTA_MISSING_CHANGE_DATA", "change data")):
+        return RefreshError(
+            f"the change data feed of a source of {entry.name} no longer covers the versions to apply "
+            f"({text.strip().splitlines()[0][:300]}); run REFRESH INCREMENTAL VIEW {entry.name} FULL")
+    return exc
+
+
+def _progress_after(progress: dict[int, dict[str, int]], work: list[ViewRefresh], sequence: int):
+    """The store's bookkeeping once a refresh of `work` with this sequence number is written."""
+    after = {i: dict(p) for i, p in progress.items()}
+    for w in work:
+        after.setdefault(w.entry.layout.progress_id, {}).update(w.targets)
+    after[SEQUENCE_ID] = {SEQUENCE: sequence}
+    return after
+
+
+def relations_of(entry, table: str) -> list[str]:
+    """The plan's relations that are the source table (a self-join reads one table as several)."""
+    return [r for r, t in entry.sources.items() if t == table]
+
+
+def statements_of(w: ViewRefresh, table: str | None = None) -> list:
+    """The trigger statements a refresh runs for one changed source of the view, or for all of them."""
+    plan = w.entry.plan
+    return [s for t in ([table] if table else w.changed) for rel in relations_of(w.entry, t)
+            if plan.trigger(rel) for s in plan.trigger(rel).statements]
+
+
+def map_references(w: ViewRefresh, table: str) -> list[tuple[str, tuple[tuple[str, str], ...]]]:
+    """The map references of the statements a refresh runs for one changed source of the view, each as
+    (map, ((store key column, batch column), …)) for the keys the source's batch fixes (map_key_bindings).
+    A re-evaluation (:=) also reads its map's old contents, all of them."""
+    entry, layout = w.entry, w.entry.layout
+    refs = []
+    for s in statements_of(w, table):
+        for name, fixed in map_key_bindings(s.expr) + ([(s.target, ())] if s.op == ":=" else []):
+            keys = layout.map(name).keys
+            refs.append((name, tuple((layout.key_column(keys[k]), entry.source_columns[table][position][0])
+                                     for k, _, position in fixed)))
+    return refs
+
+
+def maps_read(statement) -> tuple[str, ...]:
+    """The maps a statement reads: those its expression refers to, and a re-evaluated map's old contents."""
+    return map_names(statement.expr) + ((statement.target,) if statement.op == ":=" else ())
+
+
+def ordered_tables(entry) -> list[str]:
+    return list(dict.fromkeys(entry.sources[t.relation] for t in entry.plan.triggers))
+
+
+INTEGRAL_TYPES = ("bigint", "int", "smallint", "tinyint")

@@ -1,0 +1,374 @@
+"""What the views of one REFRESH (or CREATE) statement share while it runs: each table's snapshot, looked up
+once in its Delta log; each source's consolidated batch and each pinned table version, made once; the
+intermediate rows computed once; the temporary views, dropped at the end.
+
+A run computes intermediate rows in one of two ways (`materialize`, chosen per refresh by
+heuristics.plans_at_once):
+- materialized: every batch, copy of the store, stage and union of increments is computed once, as it is
+  made, into a local checkpoint that later SQL reads by name. A batch's size and the ranges of its
+  values then come from its rows (one more job per batch);
+- at once: they are temporary views of their SQL, computed only by the one query that writes the store,
+  in which Spark computes each shared part once where it can (an exchange reused). A batch's size and
+  ranges then come from its Delta log (no job), as an upper bound and ranges that hold its rows.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import re
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.functions import broadcast
+
+from spark_ivm.heuristics import BROADCAST_BATCH_ROWS, LISTED_KEY_VALUES_MAX, checkpoint_partitions, lists_batch_values
+from spark_ivm.runtime import sources as source_tables
+from spark_ivm.runtime.deltalog import DeltaLogs, NotDeltaError, TableSnapshot
+from spark_ivm.runtime.sqlgen import literal_sql, quote
+
+log = logging.getLogger("spark_ivm")
+
+LOOKUP_THREADS = 4  # catalog and Delta log look-ups in flight at once (each mostly waits on the driver)
+# Batch columns whose range bounds the map keys a refresh reads (see RefreshRun._consolidate): their
+# values come back to Python and go into SQL as literals of the same value.
+_RANGED_TYPE = re.compile(r"tinyint|smallint|int|bigint|decimal\(\d+,\d+\)|date|string")
+# Of those, the types whose range a file's statistics in the Delta log give exactly (strings are cut to
+# a prefix there).
+_LOGGED_RANGE_TYPE = re.compile(r"tinyint|smallint|int|bigint|decimal\(\d+,\d+\)|date")
+
+
+class RefreshRun:
+    def __init__(self, spark, logs: DeltaLogs | None = None, materialize: bool = True):
+        self.spark = spark
+        self.logs = logs or DeltaLogs(spark)
+        self.materialize = materialize
+        self.run_id = uuid.uuid4().hex[:8]
+        self.snapshots: dict[str, TableSnapshot | None] = {}  # table -> its snapshot (None: no such table)
+        self.versions: dict[str, int] = {}
+        self.batches: dict[tuple, str] = {}
+        self.batch_rows: dict[str, int] = {}  # batch view -> its rows (at most, when not materialized)
+        # batch view -> {column: (lowest, highest) as SQL literals, None if only NULLs}, for the columns
+        # whose values order and print exactly as literals (see _consolidate)
+        self.batch_ranges: dict[str, dict[str, tuple[str | None, str | None]]] = {}
+        self._batch_values: dict[str, dict[str, list[str]]] = {}  # see batch_values
+        self._listed_columns: dict[str, list[str]] = {}  # batch view -> its columns batch_values may list
+        self.pins: dict[tuple, str] = {}
+        self.stores: dict[str, str] = {}  # map store -> the view of the rows its maps are read from
+        self.stages: dict[str, str] = {}  # a statement's stage (its SELECT) -> its view
+        self.store_versions: dict[str, int] = {}
+        self.schemas: dict[str, list[list[str]] | None] = {}
+        self.temporary: list[str] = []
+        self.steps: dict[str, float] = {}  # seconds spent in each step of the refresh of a store
+
+    @contextlib.contextmanager
+    def timed(self, step: str):
+        """Add the block's wall-clock seconds to `step`."""
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.steps[step] = self.steps.get(step, 0.0) + time.perf_counter() - started
+
+    def step_seconds(self, total: float) -> dict[str, float]:
+        """Seconds per step, rounded to milliseconds; "other" is the rest of `total` (making the statements'
+        SQL, Spark's analysis outside the timed steps, the commit's bookkeeping)."""
+        steps = {step: round(s, 3) for step, s in self.steps.items()}
+        steps["other"] = round(max(0.0, total - sum(self.steps.values())), 3)
+        return steps
+
+    def __enter__(self) -> "RefreshRun":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for view in self.temporary:
+            self.spark.catalog.dropTempView(view)
+
+    # -- tables ----------------------------------------------------------------------------------------------
+    def look_up(self, tables) -> None:
+        """Look up the snapshots (versions, columns, ids) of tables not looked up yet, in parallel."""
+        missing = sorted(t for t in tables if t not in self.schemas)
+        for table, found in zip(missing, parallel(self.spark, self._look_up, missing)):
+            snapshot, columns, version = found
+            self.snapshots[table] = snapshot
+            self.schemas[table] = columns
+            if version is not None:
+                self.versions[table] = version
+
+    def _look_up(self, table: str):
+        """(snapshot or None, [[column, type], …] or None, version or None) of a table now."""
+        if self.logs.available:
+            try:
+                snapshot = self.logs.snapshot(table)
+            except NotDeltaError:
+                snapshot = None  # as good as gone for a source: its changes cannot be read
+            if snapshot is None:
+                return None, None, None
+            return snapshot, [list(c) for c in snapshot.columns], snapshot.version
+        columns = self.columns_now(table)
+        return None, columns, source_tables.current_version(self.spark, table) if columns is not None else None
+
+    def snapshot(self, table: str) -> TableSnapshot | None:
+        self.look_up([table])
+        return self.snapshots.get(table)
+
+    def columns_now(self, table: str) -> list[list[str]] | None:
+        return ([[f.name, f.dataType.simpleString()] for f in self.spark.table(table).schema.fields]
+                if self.spark.catalog.tableExists(table) else None)
+
+    def version(self, table: str) -> int:
+        if table not in self.versions:
+            self.look_up([table])
+        return self.versions[table]
+
+    def columns(self, table: str) -> list[list[str]] | None:
+        """The table's [[column, type], …] now, or None when it does not exist."""
+        self.look_up([table])
+        return self.schemas[table]
+
+    def size_bytes(self, table: str, version: int | None) -> int | None:
+        """The table's size in bytes at the version, from its Delta snapshot (nothing is scanned); None where
+        Spark does not tell (Spark Connect)."""
+        jdf = getattr(self.spark.table(self.pinned(table, version)), "_jdf", None)
+        return None if jdf is None else int(jdf.queryExecution().optimizedPlan().stats().sizeInBytes())
+
+    # -- intermediate rows -----------------------------------------------------------------------------------
+    def register(self, df) -> str:
+        """A temporary view of the DataFrame, dropped when the run ends."""
+        name = f"__ivm_{self.run_id}_{len(self.temporary)}"
+        df.createOrReplaceTempView(name)
+        self.temporary.append(name)
+        return name
+
+    def checkpoint(self, sql: str, step: str, always: bool = False) -> str:
+        """A temporary view of the query's rows: computed once now (its time counted to `step`) in a
+        materialized run or if `always`, else the query itself."""
+        if not (self.materialize or always):
+            return self.register(self.spark.sql(sql))
+        # Checkpointed, not cached: cached blocks can be evicted and recomputed, a checkpoint is the rows
+        # as computed once.
+        with self.timed(step):
+            return self.register(self._local_checkpoint(sql))
+
+    def stage(self, sql: str) -> str:
+        """A stage of the statements' SQL (see sqlgen), made once however many statements share it: the
+        statements of one view often re-evaluate the same nested aggregates for the same keys."""
+        if sql not in self.stages:
+            self.stages[sql] = self.checkpoint(sql, step="stages")
+        return self.stages[sql]
+
+    def _local_checkpoint(self, sql: str):
+        """The query's rows computed once now, read in at most checkpoint_partitions partitions.
+
+        A UNION ALL has every input's partitions (and a Delta read one per file), so a checkpoint of the
+        many small statements of a refresh has hundreds of tiny ones: each later read would run a task
+        per partition, and the store's append write a file per partition. Coalescing after the
+        checkpoint keeps its computation parallel (a coalesce to more partitions changes nothing)."""
+        checkpointed = without_inflated_size_estimate(self.spark, self.spark.sql(sql).localCheckpoint())
+        return checkpointed.coalesce(self.tasks)
+
+    @property
+    def tasks(self) -> int:
+        """How many tasks read a checkpoint or a union of a refresh's statements (checkpoint_partitions)."""
+        return checkpoint_partitions(self.spark.conf.get("spark.sql.shuffle.partitions", None))
+
+    def read_store_once(self, table: str, rows: str, kept: str | None = None) -> None:
+        """From now on, read the maps of the store from one checkpoint of the rows the condition `rows`
+        holds for (see heuristics), of those only the rows `kept` holds for: Delta skips files by the key
+        ranges of `rows`, `kept` leaves out the rows between the batches' values."""
+        where = rows if kept is None else f"({rows}) AND ({kept})"
+        # Always computed once: every scan of a Delta table with a filter runs a job of its own to choose
+        # the files to read.
+        self.stores[table] = self.checkpoint(
+            f"SELECT * FROM {self.pinned(table, self.store_versions.get(table))} WHERE {where}", step="store read",
+            always=True)
+
+    def read_source_once(self, table: str, version: int) -> None:
+        """From now on, read this table's version from one checkpoint of its rows (see heuristics)."""
+        rows = self.checkpoint(f"SELECT * FROM {self.pinned(table, version)}", step="source reads")
+        self.pins[(table, version)] = rows
+
+    def pin_store(self, table: str, version: int) -> None:
+        """Read the maps of this store as of this version."""
+        self.store_versions[table] = version
+
+    def store(self, table: str) -> str:
+        """Where the maps of a store are read from: its copied rows, or the store at its pinned version (as
+        it is, when none is pinned)."""
+        return self.stores.get(table) or self.pinned(table, self.store_versions.get(table))
+
+    def pinned(self, table: str, version: int | None = None) -> str:
+        """A temporary view of the table as of a version (None: as it is). Every statement that reads the
+        table reads the view, so Delta resolves that version's snapshot once, not once per reference (and
+        for the table's latest version, Delta's cached snapshot of it)."""
+        key = (table, version)
+        if key not in self.pins:
+            reader = self.spark.read.format("delta")
+            if version is not None:
+                reader = reader.option("versionAsOf", version)
+            self.pins[key] = self.register(reader.table(table))
+        return self.pins[key]
+
+    # -- batches ---------------------------------------------------------------------------------------------
+    def batch(self, table: str, start: int, end: int, columns) -> str:
+        """A temporary view of the consolidated changes of the table's versions start..end."""
+        key = (table, start, end)
+        if key not in self.batches:
+            self.consolidate({key: (columns, ())})
+        return self.batches[key]
+
+    def batch_values(self, view: str) -> dict[str, list[str]]:
+        """The distinct non-NULL values of a batch's ranged columns as SQL literals, of the columns worth
+        listing (heuristics.lists_batch_values) with at most LISTED_KEY_VALUES_MAX of them."""
+        if view not in self._batch_values:
+            columns = self._listed_columns.get(view, [])
+            found: dict[str, list] = {}
+            if columns:
+                with self.timed("batches"):
+                    sets = self.spark.table(view).agg(*(F.collect_set(F.col(quote(c))) for c in columns)).first()
+                found = {c: sorted(map(literal_sql, values)) for c, values in zip(columns, sets)
+                         if len(values) <= LISTED_KEY_VALUES_MAX}
+            self._batch_values[view] = found
+        return self._batch_values[view]
+
+    def consolidate(self, wanted: dict[tuple, tuple]) -> None:
+        """Consolidate the batches {(table, start, end): (columns, ranged columns)} not consolidated yet,
+        with the range of values of each ranged column (batch_ranges)."""
+        with self.timed("batches"):
+            for key in wanted:
+                if key not in self.batches:
+                    if self.materialize:
+                        self._consolidate(key, *wanted[key])
+                    else:
+                        self._consolidate_from_log(key, *wanted[key])
+
+    def _consolidate(self, key: tuple, columns, ranged) -> None:
+        table, start, end = key
+        rows = self._local_checkpoint(source_tables.change_rows_sql(table, start, end, columns))
+        ranged = [c for c, t in columns if c in ranged and _RANGED_TYPE.fullmatch(t)]
+        size, ranges = _count_and_ranges(rows, ranged)
+        if 0 < size <= BROADCAST_BATCH_ROWS:
+            # A batch is small next to the maps it joins: copy it to every task instead of shuffling the
+            # maps to meet it.
+            rows = broadcast(rows)
+        view = self.batches[key] = self.register(rows)
+        self.batch_rows[view] = size
+        self.batch_ranges[view] = {c: (None, None) if low is None else (literal_sql(low), literal_sql(high))
+                                   for c, (low, high) in ranges.items()}
+        self._listed_columns[view] = [c for c, (low, high) in ranges.items()
+                                      if low is not None and lists_batch_values(size, _span(low, high))]
+
+    def _consolidate_from_log(self, key: tuple, columns, ranged) -> None:
+        """The batch as a view of its changes, not consolidated (see sources.change_rows_sql), its size and
+        ranges from the Delta log (no job): as many rows as the commits changed at most, each value within
+        the statistics of the files they touched."""
+        table, start, end = key
+        types = dict(columns)
+        changes = self.logs.changes(self.snapshot(table), start, end,
+                                    [c for c in ranged if _LOGGED_RANGE_TYPE.fullmatch(types.get(c, ""))])
+        rows = self.spark.sql(source_tables.change_rows_sql(table, start, end, columns, consolidated=False))
+        size = changes.rows
+        ranges = {c: _logged_range(types[c], *bounds) for c, bounds in changes.ranges.items()}
+        ranged = [c for c in ranged if _RANGED_TYPE.fullmatch(types.get(c, ""))]
+        if ranged and not changes.tight:
+            # Rows deleted from larger files lie anywhere in those files' ranges: the rows' own (one job).
+            size, found = _count_and_ranges(rows, ranged)
+            ranges = {c: (None, None) if low is None else (literal_sql(low), literal_sql(high))
+                      for c, (low, high) in found.items()}
+        else:
+            found = {c: changes.ranges[c] for c in ranged if c in changes.ranges}
+        # Change data have no size estimate, so Spark would never broadcast them by itself.
+        if size is not None and 0 < size <= BROADCAST_BATCH_ROWS:
+            rows = broadcast(rows)
+        view = self.batches[key] = self.register(rows)
+        # Unknown counts as large: the batch then drives no join (see sqlgen.Sources.drives).
+        self.batch_rows[view] = BROADCAST_BATCH_ROWS + 1 if size is None else size
+        self.batch_ranges[view] = ranges
+        self._listed_columns[view] = [c for c, (low, high) in found.items() if low is not None and size is not None
+                                      and lists_batch_values(size, _span(low, high))]
+
+
+def _count_and_ranges(rows, columns: list[str]) -> tuple[int, dict[str, tuple]]:
+    """The rows' count and each column's (lowest, highest) value, (None, None) where only NULLs: one job.
+    Only for types whose values come back to Python and go into SQL as the same literal (no float NaN,
+    no time zones)."""
+    found = rows.agg(F.count(F.lit(1)), *(f(F.col(quote(c))) for c in columns for f in (F.min, F.max))).first()
+    return found[0], {c: (found[1 + 2 * i], found[2 + 2 * i]) for i, c in enumerate(columns)}
+
+
+def _logged_range(type_sql: str, low, high) -> tuple[str | None, str | None]:
+    """A range of a Delta file statistic's values (JSON numbers and date strings) as SQL literals."""
+    if low is None:
+        return None, None
+    if type_sql == "date":
+        return f"DATE '{low}'", f"DATE '{high}'"
+    return literal_sql(low), literal_sql(high)
+
+
+def _span(low, high) -> int | None:
+    """How many values lie from low to high, for integers (None for other types)."""
+    return high - low + 1 if isinstance(low, int) and isinstance(high, int) else None
+
+
+def without_inflated_size_estimate(spark, checkpointed):
+    """The checkpoint, forgetting its query's size estimate when that is beyond Spark's own "unknown"
+    (spark.sql.defaultSizeInBytes, 2^63 - 1 bytes).
+
+    A checkpoint keeps the size Spark estimated for the query it computed, and without statistics Spark
+    estimates a join as the product of its inputs' sizes. A stage that joins stages that join stages
+    multiplies those products again: q18's stages reached estimates of 8,400 bits, and a refresh of all
+    22 TPC-H views after five changes filled the driver's 4 GB heap with such numbers. An estimate that
+    large decides nothing (it is far above the broadcast threshold either way), so the checkpoint is
+    read instead as rows of unknown size."""
+    jdf = getattr(checkpointed, "_jdf", None)
+    if jdf is None:  # Spark Connect: the server plans, and its checkpoints are its own
+        return checkpointed
+    rows = jdf.logicalPlan()  # the checkpoint's leaf: its estimate is read without planning anything
+    if int(rows.stats().sizeInBytes()).bit_length() < 64:
+        return checkpointed
+    plain = spark._jsparkSession.internalCreateDataFrame(rows.rdd(), jdf.schema(), False)
+    return DataFrame(plain, spark)
+
+
+def parallel(spark, lookup, items) -> list:
+    """[lookup(item) for item in items], run in a few threads: a Delta version, a table's details or a
+    query's schema costs a driver round trip of 0.01–1 s each, and a view reads several tables. The
+    calling thread's job group and description carry over to the threads."""
+    items = list(items)
+    if len(items) < 2:
+        return [lookup(item) for item in items]
+    keys = ("spark.jobGroup.id", "spark.job.description", "spark.job.interruptOnCancel", "spark.scheduler.pool")
+    try:
+        sc = spark.sparkContext
+        local = {k: sc.getLocalProperty(k) for k in keys}
+    except Exception:  # Spark Connect has no SparkContext (and no job groups to carry over)
+        sc, local = None, {}
+
+    def run(item):
+        for k, v in local.items():
+            if v is not None:
+                sc.setLocalProperty(k, v)
+        return lookup(item)
+
+    with ThreadPoolExecutor(max_workers=min(LOOKUP_THREADS, len(items))) as pool:
+        return list(pool.map(run, items))
+
+
+@contextlib.contextmanager
+def session_settings(spark, settings: dict[str, str]):
+    """Set Spark session settings for the duration of a block, then restore what was there."""
+    conf = spark.conf
+    previous = {k: conf.get(k, None) for k in settings}
+    for k, v in settings.items():
+        conf.set(k, v)
+    try:
+        yield
+    finally:
+        for k, v in previous.items():
+            if v is None:
+                conf.unset(k)
+            else:
+                conf.set(k, v)
