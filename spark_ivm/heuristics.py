@@ -105,7 +105,7 @@ def reads_store_once(map_references: int) -> bool:
 # already holds little beside them.
 LISTED_KEY_VALUES_MAX = 10_000
 LISTED_BATCH_ROWS_MAX = 50_000
-DENSE_RANGE_PER_ROW = 4
+DENSE_RANGE_PER_ROW = 8
 
 
 def lists_batch_values(batch_rows: int, span: int | None) -> bool:
@@ -147,6 +147,10 @@ def checkpoint_partitions(shuffle_partitions: str | None) -> int:
 # Smaller files skip more precisely but each file read costs a little: at TPC-H SF 1, Q12's 6.1 million
 # map rows become about 60 files.
 STORE_FILE_ROWS = 100_000
+# A store's Delta checksum lists its files when it has at most this many (Delta's own default is 50): a
+# refresh then reads the store without Delta rebuilding its state of each new version (a few Spark jobs).
+# Each file adds some 400 bytes of statistics to each commit's checksum.
+STORE_LISTED_FILES_MAX = 10_000
 
 
 # With spark.ivm.codegen = auto (not the default, see config.CODEGEN), a refresh runs its

@@ -80,12 +80,12 @@ def _store_reads(spark, monkeypatch, store: str) -> list[tuple[int, int, int, in
     condition refers to the refresh's own batches."""
     read = []
 
-    def spy(run, table, rows, kept=None):
+    def spy(run, table, rows, kept=None, map_ids=None):
         assert table.endswith(store)
         before = spark.read.format("delta").option("versionAsOf", 0).table(table)
         needed = before.where(rows) if kept is None else before.where(rows).where(kept)  # as the refresh reads it
         read.append((needed.count(), len(needed.inputFiles()), before.count(), len(before.inputFiles())))
-        return real(run, table, rows, kept)
+        return real(run, table, rows, kept, map_ids)
 
     real = run.RefreshRun.read_store_once
     monkeypatch.setattr(run.RefreshRun, "read_store_once", spy)

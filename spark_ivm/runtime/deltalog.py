@@ -181,6 +181,28 @@ class DeltaLogs:
                     return action["add"]
         return removed
 
+    # -- reads --------------------------------------------------------------------------------------------
+    def read_files(self, snapshot: TableSnapshot, keep=None):
+        """A DataFrame of the table's rows as of the snapshot, from the files its checksum lists, of those
+        only the files `keep(statistics)` holds for (statistics: the file's `stats` as a dict, None when it
+        has none); None when the checksum does not list the files.
+
+        Reading the table by name instead makes Delta rebuild its state of a new version first (a few Spark
+        jobs), to learn the files this snapshot's checksum already lists (for tables of at most
+        spark.databricks.delta.allFilesInCrc.thresholdNumFiles files when they were written)."""
+        from pyspark.sql import DataFrame
+
+        jvm = self.spark._jvm
+        delta_log, jsnapshot, _ = snapshot.handle
+        checksum = jsnapshot.checksumOpt()
+        listed = checksum.get().allFiles() if checksum.isDefined() else jvm.scala.Option.empty()
+        if not listed.isDefined():
+            return None
+        files = [f for f in jvm.scala.jdk.javaapi.CollectionConverters.asJava(listed.get())
+                 if keep is None or keep(_stats({"stats": f.stats()}))]
+        chosen = jvm.scala.jdk.javaapi.CollectionConverters.asScala(files).toList()
+        return DataFrame(delta_log.createDataFrame(jsnapshot, chosen, False, jvm.scala.Option.empty()), self.spark)
+
     # -- writes --------------------------------------------------------------------------------------------
     def append(self, snapshot: TableSnapshot, df, user_metadata: str) -> tuple[int, int]:
         """Append the DataFrame's rows to the table in one commit with the user metadata, as a transaction

@@ -47,7 +47,14 @@ REFRESH_SETTINGS = {"spark.sql.adaptive.enabled": "false"}
 INTERPRETED_SETTINGS = {"spark.sql.codegen.wholeStage": "false", "spark.sql.codegen.factoryMode": "NO_CODEGEN"}
 # Session settings for writing a map store: files of bounded size, so that a store written in key order
 # has files that each hold a narrow range of keys (see mapstore.key_order).
-STORE_WRITE_SETTINGS = {"spark.sql.files.maxRecordsPerFile": str(heuristics.STORE_FILE_ROWS)}
+STORE_WRITE_SETTINGS = {
+    "spark.sql.files.maxRecordsPerFile": str(heuristics.STORE_FILE_ROWS),
+    # Each commit's checksum lists all the store's files, so that the next refresh reads the store from them
+    # without Delta rebuilding its state of the new version (see DeltaLogs.read_files); on a machine whose
+    # time zone is not UTC, Delta would otherwise check that list against a rebuilt state at every commit.
+    "spark.databricks.delta.allFilesInCrc.thresholdNumFiles": str(heuristics.STORE_LISTED_FILES_MAX),
+    "spark.databricks.delta.allFilesInCrc.verificationMode.forceOnNonUTC.enabled": "false",
+}
 # A collect of the first n rows of a query scans this many of its partitions in its first job (Spark's
 # default, 1, takes a job per partition when the rows are fewer than asked for).
 COLLECT_SETTINGS = {"spark.sql.limit.initialNumPartitions": "1000000"}
@@ -157,7 +164,7 @@ class StoreRefresh:
                     progress.get(e.layout.progress_id, {}).get(ENTRY_TOKEN) != e.token for e in self.entries):
                 raise StaleEntry()
             sequence = progress.get(SEQUENCE_ID, {}).get(SEQUENCE, 0)
-            run.pin_store(self.store, store.version)  # the maps are read as of the progress read
+            run.pin_store(self.store, store.version, store)  # the maps are read as of the progress read
             crash_point("after_progress")
             with run.timed("look-ups"):
                 store_columns = StoreColumns(store.columns) if store.handle else self.engine.store_columns(self.store)
@@ -263,12 +270,14 @@ class StoreRefresh:
         all views rather than one per view.
         """
         # Every batch first: the keys they hold bound the map rows the statements can join.
-        wanted: dict[tuple, tuple[list, set[str]]] = {}  # batch -> (its columns, those that fix keys of maps)
+        # batch -> (its columns, those that fix keys of maps, how many queries of the statements read it)
+        wanted: dict[tuple, tuple[list, set[str], list[int]]] = {}
         references = [{table: map_references(w, table) for table in w.changed} for w in work]
         for w, refs in zip(work, references):
             for table in w.changed:
-                _, ranged = wanted.setdefault(w.batch_key(table), (w.entry.source_columns[table], set()))
+                _, ranged, readers = wanted.setdefault(w.batch_key(table), (w.entry.source_columns[table], set(), [0]))
                 ranged.update(c for _, fixed in refs[table] for _, c in fixed)
+                readers[0] += len(fuse(shared_products_of(w.entry, statements_of(w, table))[1]))
         try:
             run.consolidate(wanted)
         except Exception:
@@ -289,7 +298,8 @@ class StoreRefresh:
             kept = None if members == [w.bounds for w in work] else " OR ".join(
                 f"map_id IN ({', '.join(map(str, ids))})" + (f" AND {condition}" if condition else "")
                 for condition, ids in maps_kept.items())
-            run.read_store_once(self.store, " OR ".join(rows), kept)
+            run.read_store_once(self.store, " OR ".join(rows), kept,
+                                {work[i].entry.layout.map(name).map_id for i, name in read})
         for step in range(max(len(w.changed) for w in work)):
             read_later = []  # (view, its increments of this step) for views with sources still to apply
             for w in work:
@@ -435,8 +445,8 @@ class StoreRefresh:
 
     def _store_rows(self, run: RefreshRun, entry) -> str:
         """The store's rows of the view's maps as of the pinned version."""
-        ids = ", ".join(str(m.map_id) for m in view_maps(entry))
-        return f"(SELECT * FROM {run.pinned(self.store, run.store_versions.get(self.store))} WHERE map_id IN ({ids}))"
+        ids = [m.map_id for m in view_maps(entry)]
+        return f"(SELECT * FROM {run.store_rows(self.store, ids)} WHERE map_id IN ({', '.join(map(str, ids))}))"
 
 
 def _statement_increments(entry, s, statement_sources: Sources) -> str:

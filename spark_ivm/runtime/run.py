@@ -21,6 +21,7 @@ import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 
+from pyspark import StorageLevel
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.functions import broadcast
@@ -60,9 +61,11 @@ class RefreshRun:
         self.stores: dict[str, str] = {}  # map store -> the view of the rows its maps are read from
         self.stages: dict[str, str] = {}  # a statement's stage (its SELECT) -> its view
         self.store_versions: dict[str, int] = {}
+        self.store_snapshots: dict[str, TableSnapshot] = {}
         self.schemas: dict[str, list[list[str]] | None] = {}
         self.temporary: list[str] = []
         self.steps: dict[str, float] = {}  # seconds spent in each step of the refresh of a store
+        self._persisted: list = []
 
     @contextlib.contextmanager
     def timed(self, step: str):
@@ -86,6 +89,8 @@ class RefreshRun:
     def __exit__(self, *exc) -> None:
         for view in self.temporary:
             self.spark.catalog.dropTempView(view)
+        for df in self._persisted:
+            df.unpersist()
 
     # -- tables ----------------------------------------------------------------------------------------------
     def look_up(self, tables) -> None:
@@ -143,6 +148,12 @@ class RefreshRun:
         self.temporary.append(name)
         return name
 
+    def persisted(self, df):
+        """The DataFrame, kept in memory by the first query that computes it until the run ends."""
+        df = df.persist(StorageLevel.MEMORY_AND_DISK)
+        self._persisted.append(df)
+        return df
+
     def checkpoint(self, sql: str, step: str, always: bool = False) -> str:
         """A temporary view of the query's rows: computed once now (its time counted to `step`) in a
         materialized run or if `always`, else the query itself."""
@@ -175,30 +186,48 @@ class RefreshRun:
         """How many tasks read a checkpoint or a union of a refresh's statements (checkpoint_partitions)."""
         return checkpoint_partitions(self.spark.conf.get("spark.sql.shuffle.partitions", None))
 
-    def read_store_once(self, table: str, rows: str, kept: str | None = None) -> None:
+    def read_store_once(self, table: str, rows: str, kept: str | None = None, map_ids=None) -> None:
         """From now on, read the maps of the store from one checkpoint of the rows the condition `rows`
         holds for (see heuristics), of those only the rows `kept` holds for: Delta skips files by the key
-        ranges of `rows`, `kept` leaves out the rows between the batches' values."""
+        ranges of `rows`, `kept` leaves out the rows between the batches' values. map_ids: the maps the
+        condition reads, if known: only files that hold rows of them are read."""
         where = rows if kept is None else f"({rows}) AND ({kept})"
         # Always computed once: every scan of a Delta table with a filter runs a job of its own to choose
         # the files to read.
         self.stores[table] = self.checkpoint(
-            f"SELECT * FROM {self.pinned(table, self.store_versions.get(table))} WHERE {where}", step="store read",
-            always=True)
+            f"SELECT * FROM {self.store_rows(table, map_ids)} WHERE {where}", step="store read", always=True)
+
+    def store_rows(self, table: str, map_ids=None) -> str:
+        """A temporary view of the store's rows as of its pinned version: from the files its Delta checksum
+        lists that hold rows of the maps map_ids (all when None), or else the store read by name."""
+        snapshot = self.store_snapshots.get(table)
+        key = (table, snapshot and snapshot.version, tuple(sorted(map_ids)) if map_ids is not None else None)
+        if key not in self.pins:
+            ids = None if map_ids is None else sorted(map_ids)
+
+            def holds_maps(stats) -> bool:
+                low, high = _stat_range(stats, "map_id")
+                return low is None or any(low <= i <= high for i in ids)
+
+            found = self.logs.read_files(snapshot, None if ids is None else holds_maps) if snapshot else None
+            self.pins[key] = self.register(found) if found is not None else self.pinned(table, snapshot and snapshot.version)
+        return self.pins[key]
 
     def read_source_once(self, table: str, version: int) -> None:
         """From now on, read this table's version from one checkpoint of its rows (see heuristics)."""
         rows = self.checkpoint(f"SELECT * FROM {self.pinned(table, version)}", step="source reads")
         self.pins[(table, version)] = rows
 
-    def pin_store(self, table: str, version: int) -> None:
-        """Read the maps of this store as of this version."""
+    def pin_store(self, table: str, version: int, snapshot: TableSnapshot | None = None) -> None:
+        """Read the maps of this store as of this version (the snapshot of it, when looked up)."""
         self.store_versions[table] = version
+        if snapshot is not None and snapshot.handle is not None:
+            self.store_snapshots[table] = snapshot
 
     def store(self, table: str) -> str:
         """Where the maps of a store are read from: its copied rows, or the store at its pinned version (as
         it is, when none is pinned)."""
-        return self.stores.get(table) or self.pinned(table, self.store_versions.get(table))
+        return self.stores.get(table) or self.store_rows(table)
 
     def pinned(self, table: str, version: int | None = None) -> str:
         """A temporary view of the table as of a version (None: as it is). Every statement that reads the
@@ -217,7 +246,7 @@ class RefreshRun:
         """A temporary view of the consolidated changes of the table's versions start..end."""
         key = (table, start, end)
         if key not in self.batches:
-            self.consolidate({key: (columns, ())})
+            self.consolidate({key: (columns, (), [1])})
         return self.batches[key]
 
     def batch_values(self, view: str) -> dict[str, list[str]]:
@@ -235,8 +264,9 @@ class RefreshRun:
         return self._batch_values[view]
 
     def consolidate(self, wanted: dict[tuple, tuple]) -> None:
-        """Consolidate the batches {(table, start, end): (columns, ranged columns)} not consolidated yet,
-        with the range of values of each ranged column (batch_ranges)."""
+        """Consolidate the batches {(table, start, end): (columns, ranged columns, [readers])} not consolidated
+        yet, with the range of values of each ranged column (batch_ranges); readers: how many of the
+        statements' queries read the batch."""
         with self.timed("batches"):
             for key in wanted:
                 if key not in self.batches:
@@ -245,7 +275,7 @@ class RefreshRun:
                     else:
                         self._consolidate_from_log(key, *wanted[key])
 
-    def _consolidate(self, key: tuple, columns, ranged) -> None:
+    def _consolidate(self, key: tuple, columns, ranged, readers=(1,)) -> None:
         table, start, end = key
         rows = self._local_checkpoint(source_tables.change_rows_sql(table, start, end, columns))
         ranged = [c for c, t in columns if c in ranged and _RANGED_TYPE.fullmatch(t)]
@@ -261,7 +291,7 @@ class RefreshRun:
         self._listed_columns[view] = [c for c, (low, high) in ranges.items()
                                       if low is not None and lists_batch_values(size, _span(low, high))]
 
-    def _consolidate_from_log(self, key: tuple, columns, ranged) -> None:
+    def _consolidate_from_log(self, key: tuple, columns, ranged, readers=(1,)) -> None:
         """The batch as a view of its changes, not consolidated (see sources.change_rows_sql), its size and
         ranges from the Delta log (no job): as many rows as the commits changed at most, each value within
         the statistics of the files they touched."""
@@ -283,12 +313,17 @@ class RefreshRun:
         # Change data have no size estimate, so Spark would never broadcast them by itself.
         if size is not None and 0 < size <= BROADCAST_BATCH_ROWS:
             rows = broadcast(rows)
-        view = self.batches[key] = self.register(rows)
+        # Read by several queries of the statements, kept in memory by the first scan of the query computing
+        # them all: each scan of a change data feed in a plan costs planning of its own (Delta reads the
+        # commits to list the files of each), keeping it costs planning once.
+        view = self.batches[key] = self.register(self.persisted(rows) if readers[0] > 1 else rows)
         # Unknown counts as large: the batch then drives no join (see sqlgen.Sources.drives).
         self.batch_rows[view] = BROADCAST_BATCH_ROWS + 1 if size is None else size
         self.batch_ranges[view] = ranges
-        self._listed_columns[view] = [c for c, (low, high) in found.items() if low is not None and size is not None
-                                      and lists_batch_values(size, _span(low, high))]
+        # Values are listed only for integer columns, where the ranges leave many keys out (see
+        # heuristics.lists_batch_values): for others a job would list a few values that the range holds anyway.
+        self._listed_columns[view] = [c for c, (low, high) in found.items() if _span(low, high) is not None
+                                      and size is not None and lists_batch_values(size, _span(low, high))]
 
 
 def _count_and_ranges(rows, columns: list[str]) -> tuple[int, dict[str, tuple]]:
@@ -297,6 +332,13 @@ def _count_and_ranges(rows, columns: list[str]) -> tuple[int, dict[str, tuple]]:
     no time zones)."""
     found = rows.agg(F.count(F.lit(1)), *(f(F.col(quote(c))) for c in columns for f in (F.min, F.max))).first()
     return found[0], {c: (found[1 + 2 * i], found[2 + 2 * i]) for i, c in enumerate(columns)}
+
+
+def _stat_range(stats: dict | None, column: str) -> tuple:
+    """(lowest, highest) of a column in a file's statistics; (None, None) when they do not say."""
+    if not stats:
+        return None, None
+    return stats.get("minValues", {}).get(column), stats.get("maxValues", {}).get(column)
 
 
 def _logged_range(type_sql: str, low, high) -> tuple[str | None, str | None]:
