@@ -311,8 +311,10 @@ class StoreRefresh:
                         w.increments += [sql for _, sql in rows]
             if read_later:
                 # _materialize unions all views' increments: no union of its own per view.
+                # Computed first even at once: the next source's statements read these increments as maps
+                # and write them, so one query would compute them once per reader.
                 view = self._materialize(run, [(w.entry, " UNION ALL ".join(sql for _, sql in rows))
-                                               for w, rows in read_later])
+                                               for w, rows in read_later], always=True)
                 for w, rows in read_later:
                     layout = w.entry.layout
                     for target in dict.fromkeys(t for targets, _ in rows for t in targets):
@@ -356,15 +358,15 @@ class StoreRefresh:
         w.versions[table] = w.targets[table]
         return increments
 
-    def _materialize(self, run: RefreshRun, parts: list[tuple]) -> str:
-        """One temporary view of the UNION ALL of the views' parts (computed now in a materialized run). If
-        Spark fails, each part is tried alone, so that the error names the view that caused it."""
+    def _materialize(self, run: RefreshRun, parts: list[tuple], always: bool = False) -> str:
+        """One temporary view of the UNION ALL of the views' parts (computed now in a materialized run, or if
+        `always`). If Spark fails, each part is tried alone, so that the error names the view that caused it."""
         try:
-            return run.checkpoint(union_sql([sql for _, sql in parts], run.tasks), step="triggers")
+            return run.checkpoint(union_sql([sql for _, sql in parts], run.tasks), step="triggers", always=always)
         except Exception as exc:
             if len(parts) > 1:
                 for entry, sql in parts:
-                    _attributed(entry, lambda: run.checkpoint(sql, step="triggers"))
+                    _attributed(entry, lambda: run.checkpoint(sql, step="triggers", always=always))
             raise _refresh_failure(parts[0][0], exc) from exc
 
     # -- the commit and the views --------------------------------------------------------------------------
