@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -86,6 +87,7 @@ class DeltaLogs:
         self._js = getattr(spark, "_jsparkSession", None)
         # A commit's file never changes: its actions by (table id, version), the latest ones read.
         self._actions: OrderedDict[tuple[str, int], list[dict]] = OrderedDict()
+        self._lock = threading.Lock()
 
     @property
     def available(self) -> bool:
@@ -127,9 +129,10 @@ class DeltaLogs:
         """The actions of one commit of the table (each a dict with one key: add, remove, cdc, commitInfo, …).
         Raises an error of the JVM if the commit's file is gone (e.g. cleaned up by log retention)."""
         key = (snapshot.table_id, version)
-        if key in self._actions:
-            self._actions.move_to_end(key)
-            return self._actions[key]
+        with self._lock:
+            if key in self._actions:
+                self._actions.move_to_end(key)
+                return self._actions[key]
         delta_log = snapshot.handle[0]
         path = self.spark._jvm.org.apache.hadoop.fs.Path(delta_log.logPath(), f"{version:020d}.json")
         lines = delta_log.store().read(path, delta_log.newDeltaHadoopConf()).iterator()
@@ -138,9 +141,10 @@ class DeltaLogs:
             line = lines.next()
             if line.strip():
                 actions.append(json.loads(line, parse_float=Decimal))
-        self._actions[key] = actions
-        if len(self._actions) > CACHED_COMMITS:
-            self._actions.popitem(last=False)
+        with self._lock:
+            self._actions[key] = actions
+            if len(self._actions) > CACHED_COMMITS:
+                self._actions.popitem(last=False)
         return actions
 
     def user_metadata(self, snapshot: TableSnapshot, version: int | None = None) -> str | None:

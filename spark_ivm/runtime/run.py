@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import re
+import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -399,18 +400,35 @@ def parallel(spark, lookup, items) -> list:
         return list(pool.map(run, items))
 
 
+_SETTINGS_LOCK = threading.Lock()
+# (session, key) -> [blocks setting it now, the value before the first of them]
+_SETTINGS_HELD: dict[tuple[int, str], list] = {}
+
+
 @contextlib.contextmanager
 def session_settings(spark, settings: dict[str, str]):
-    """Set Spark session settings for the duration of a block, then restore what was there."""
+    """Set Spark session settings for the duration of a block, then restore what was there.
+
+    A session's settings are shared by its threads: when blocks of several threads (two refreshes at once)
+    set one key, the value before the first is restored when the last ends."""
     conf = spark.conf
-    previous = {k: conf.get(k, None) for k in settings}
-    for k, v in settings.items():
-        conf.set(k, v)
+    with _SETTINGS_LOCK:
+        for k, v in settings.items():
+            held = _SETTINGS_HELD.setdefault((id(spark), k), [0, None])
+            if held[0] == 0:
+                held[1] = conf.get(k, None)
+            held[0] += 1
+            conf.set(k, v)
     try:
         yield
     finally:
-        for k, v in previous.items():
-            if v is None:
-                conf.unset(k)
-            else:
-                conf.set(k, v)
+        with _SETTINGS_LOCK:
+            for k in settings:
+                held = _SETTINGS_HELD[(id(spark), k)]
+                held[0] -= 1
+                if held[0] == 0:
+                    del _SETTINGS_HELD[(id(spark), k)]
+                    if held[1] is None:
+                        conf.unset(k)
+                    else:
+                        conf.set(k, held[1])
