@@ -16,7 +16,7 @@ SQL arithmetic `+`, `-`, `/` on values are the functions `Fn('+')` … (they pro
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Iterable, Iterator
 
 __all__ = [

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from spark_ivm.analysis import transform_up
 from spark_ivm.calculus import (
-    ZERO, AggSum, Cmp, Const, DeltaRel, Exists, Expr, Fn, Lift, MapRef, Prod, Rel, Sum, Var,
+    ZERO, AggSum, Const, DeltaRel, Exists, Expr, Lift, MapRef, Prod, Rel, Sum, Var,
     aggsum, exists, lift, neg, prod, sum_,
 )
 

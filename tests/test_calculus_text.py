@@ -11,8 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from spark_ivm.calculus import (
-    AggSum, Cmp, Const, DeltaRel, Exists, Expr, Fn, Lift, MapRef, Prod, Rel, Sum, Var,
-    aggsum, cmp, const, delta_rel, exists, fn, lift, map_ref, neg, prod, rel, sum_, var,
+    Const, Expr, aggsum, cmp, const, delta_rel, exists, fn, lift, map_ref, neg, prod, rel, sum_, var,
 )
 from spark_ivm.calculus_parser import CalculusSyntaxError, parse, parse_value
 from spark_ivm.printer import INFIX_FNS, to_text

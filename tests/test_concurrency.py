@@ -53,7 +53,7 @@ def test_two_refreshes_of_one_view_at_once_apply_each_change_once(ivm):
     spark = ivm
     for round_no in range(3):
         spark.sql(f"INSERT INTO cr VALUES (1, {10 + round_no}), (3, 1)")
-        spark.sql(f"DELETE FROM cr WHERE g = 2 AND v = 2")
+        spark.sql("DELETE FROM cr WHERE g = 2 AND v = 2")
         refresh = lambda: spark.sql("REFRESH INCREMENTAL VIEW crv").collect()[0]  # noqa: E731
         results = _in_threads(refresh, refresh)
         errors = [r for r in results if isinstance(r, BaseException)]

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import pytest
 
-from spark_ivm.errors import UnsupportedQueryError
 from spark_ivm.sql import translate
 
 from test_sql_frontend import SCHEMAS, database, normalized, sqlite_with, to_sqlite, view_rows
