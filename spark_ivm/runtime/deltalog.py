@@ -93,6 +93,11 @@ class DeltaLogs:
     def available(self) -> bool:
         return self._js is not None
 
+    def as_python(self, value):
+        """A JVM object (a Scala map or sequence, Delta's actions) as Python values, through its JSON: one
+        call, where iterating it from Python takes a call per element and an exception at its end."""
+        return json.loads(self.spark._jvm.org.apache.spark.sql.delta.util.JsonUtils.mapper().writeValueAsString(value))
+
     # -- snapshots -----------------------------------------------------------------------------------------
     def snapshot(self, table: str) -> TableSnapshot | None:
         """The table's latest snapshot; None when no table has the name. Raises NotDeltaError for another
@@ -118,7 +123,7 @@ class DeltaLogs:
             version=int(snapshot.version()),
             table_id=str(metadata.id()),
             columns=_columns(snapshot.schema().json()),
-            properties=dict(jvm.scala.jdk.javaapi.CollectionConverters.asJava(metadata.configuration())),
+            properties=self.as_python(metadata.configuration()),
             size_bytes=int(checksum.get().tableSizeBytes()) if checksum.isDefined() else None,
             location=str(meta.location().toString()),
             handle=(delta_log, snapshot, meta),
@@ -202,9 +207,12 @@ class DeltaLogs:
         listed = checksum.get().allFiles() if checksum.isDefined() else jvm.scala.Option.empty()
         if not listed.isDefined():
             return None
-        files = [f for f in jvm.scala.jdk.javaapi.CollectionConverters.asJava(listed.get())
-                 if keep is None or keep(_stats({"stats": f.stats()}))]
-        chosen = jvm.scala.jdk.javaapi.CollectionConverters.asScala(files).toList()
+        listed = listed.get()
+        chosen = listed.toList()
+        if keep is not None:
+            kept = [i for i, f in enumerate(self.as_python(listed)) if keep(_stats(f))]
+            if len(kept) < listed.size():
+                chosen = jvm.scala.jdk.javaapi.CollectionConverters.asScala([listed.apply(i) for i in kept]).toList()
         return DataFrame(delta_log.createDataFrame(jsnapshot, chosen, False, jvm.scala.Option.empty()), self.spark)
 
     # -- writes --------------------------------------------------------------------------------------------

@@ -13,6 +13,7 @@ version, and if not leaves the view reading the store: never rows older than the
 from __future__ import annotations
 
 import logging
+from typing import Callable
 
 from spark_ivm import config, heuristics
 from spark_ivm.runtime.deltalog import DeltaLogs
@@ -46,16 +47,17 @@ class ViewForms:
         if not catalog.tableExists(ident):
             return {}
         meta = catalog.getTableMetadata(ident)
-        found = dict(self.spark._jvm.scala.jdk.javaapi.CollectionConverters.asJava(meta.properties()))
+        found = self.logs.as_python(meta.properties())
         text = meta.viewText()
         found["text"] = text.get() if text.isDefined() else ""
         return found
 
-    def publish(self, entry, version: int, maps_at: str, current: dict | None = None, base_version: int | None = None,
+    def publish(self, entry, version: int, maps_at: str | Callable[[], str], current: dict | None = None, base_version: int | None = None,
                 increments: list[tuple] | None = None, retry: bool = False) -> str:
         """Write the view's definition for the store version `version`; the form written.
 
-        maps_at: a table expression of the store's rows of the view's maps as of `version`.
+        maps_at: a table expression of the store's rows of the view's maps as of `version`, or a function
+            that makes it, called only if the definition is written from the store.
         current: the view as `current` gave it before the refresh (None: look it up).
         base_version, increments: the version the refresh computed from and its increments of the view's
         maps (raw rows in map_columns order), when it has them on the driver.
@@ -66,6 +68,8 @@ class ViewForms:
         if form == ROWS and shown == version:
             return ROWS
         first = form is None
+        if callable(maps_at):
+            maps_at = maps_at()
         if not (inline_rows and self.logs.available and all(inlinable(c.type_sql) for c in output_columns(entry))):
             return self._store_form(entry, form, version)
         maps = None

@@ -192,10 +192,12 @@ class StoreRefresh:
                 # a refresh that raced another, may have left one behind).
                 with run.timed("view"):
                     for entry in self.entries:
-                        self.engine.forms.publish(entry, store.version, self._store_rows(run, entry))
+                        self.engine.forms.publish(entry, store.version, lambda e=entry: self._store_rows(run, e),
+                                                  stats[entry.name]["definition"])
             steps = run.step_seconds(time.perf_counter() - started)
         for s in stats.values():
             s["steps"] = steps
+            s.pop("definition", None)
         return [stats[e.name] for e in self.entries]
 
     # -- what to do ------------------------------------------------------------------------------------------
@@ -229,7 +231,7 @@ class StoreRefresh:
             if changed:
                 work.append(ViewRefresh(entry, applied, targets, changed, view=view))
             else:
-                stats[entry.name] = _stats(entry, "up to date", applied, 0, started)
+                stats[entry.name] = {**_stats(entry, "up to date", applied, 0, started), "definition": view}
         return work, stats
 
     def _data_changed(self, run: RefreshRun, table: str, applied: int) -> bool:
