@@ -10,8 +10,8 @@ Python functions declared with `@spark_ivm.udf` may be called in views like buil
 
 from spark_ivm.compiler import compile_view
 from spark_ivm.errors import (
-    InvalidQueryError, IVMError, NonDeterministicError, ParseError, RefreshError, UnknownColumnError, UnknownTableError,
-    UnknownViewError, UnsupportedQueryError, ViewExistsError,
+    CatalogEntryError, InvalidQueryError, IVMError, NonDeterministicError, ParseError, RefreshError, UnknownColumnError,
+    UnknownTableError, UnknownViewError, UnsupportedQueryError, ViewExistsError,
 )
 from spark_ivm.plan import Plan
 from spark_ivm.udfs import udf
@@ -21,7 +21,7 @@ __version__ = "0.1.0"
 __all__ = [
     "compile_view", "session", "enable", "udf", "Plan",
     "IVMError", "ParseError", "InvalidQueryError", "UnsupportedQueryError", "NonDeterministicError", "UnknownTableError",
-    "UnknownColumnError", "UnknownViewError", "ViewExistsError", "RefreshError",
+    "UnknownColumnError", "UnknownViewError", "ViewExistsError", "RefreshError", "CatalogEntryError",
 ]
 
 

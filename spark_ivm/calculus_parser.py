@@ -18,6 +18,8 @@ The grammar has two levels. At the *calculus* level `+` is `Sum` and `*` is `Pro
              | NAME '[' names ']'                         map reference m[x, y]
              | 'AggSum' '(' '[' names ']' ',' expr ')' | 'Exists' '(' expr ')'
     literal := ['-'] NUMBER ['BD'] | 'string' | NULL | TRUE | FALSE | DATE 'yyyy-mm-dd' | TIMESTAMP '…'
+             | DOUBLE 'NaN' | DOUBLE 'Infinity' | DOUBLE '-Infinity'
+    NAME    := identifier | `any text` (a backquote in it doubled; never a keyword: `NULL` is a name)
 
 Inside braces is *value* syntax, where `+ - || / %` are the SQL functions `Fn('+')` … and `*` is a
 `Prod` factor (the printer's precedences: comparisons < `+ - ||` < `* / %`, all left-associative,
@@ -69,8 +71,9 @@ class CalculusSyntaxError(ValueError):
 
 class _Tok(NamedTuple):
     kind: str  # num, str, name, delta, op, end
-    text: str
+    text: str  # a quoted name's text without its quotes
     pos: int
+    quoted: bool = False  # a name in backquotes: never a keyword
 
 
 _TOKEN_RE = re.compile(
@@ -80,6 +83,7 @@ _TOKEN_RE = re.compile(
   | (?P<str>'(?:[^']|'')*')
   | (?P<delta>Δ|delta:)
   | (?P<name>[^\W\d][\w$#.]*)
+  | (?P<qname>`(?:[^`]|``)*`)
   | (?P<op>\^=|<>|<=|>=|!=|\|\||[-+*/%=<>(){}\[\],])
     """,
     re.VERBOSE,
@@ -90,6 +94,9 @@ _ADD_OPS = ("+", "-", "||")
 _MUL_OPS = ("*", "/", "%")
 _OP_FN_NAMES = ("+", "-", "*", "/", "%", "||")  # operators that may name a function: -(x), +(a, b, c)
 _KEYWORD_LITERALS = {"NULL": None, "TRUE": True, "FALSE": False}
+_TYPED_LITERALS = ("DATE", "TIMESTAMP", "DOUBLE")  # followed by a string: DATE '2024-01-31'
+# Finite doubles are plain numbers; the others have no number syntax.
+_NON_FINITE = {"NaN": float("nan"), "Infinity": float("inf"), "-Infinity": float("-inf")}
 
 
 def _tokenize(text: str) -> list[_Tok]:
@@ -100,9 +107,13 @@ def _tokenize(text: str) -> list[_Tok]:
         if m is None:
             if text[pos] == "'":
                 raise CalculusSyntaxError("unterminated string literal", text, pos)
+            if text[pos] == "`":
+                raise CalculusSyntaxError("unterminated quoted name", text, pos)
             raise CalculusSyntaxError(f"unexpected character {text[pos]!r}", text, pos)
         kind = m.lastgroup
-        if kind != "ws":
+        if kind == "qname":
+            tokens.append(_Tok("name", m.group()[1:-1].replace("``", "`"), pos, quoted=True))
+        elif kind != "ws":
             tokens.append(_Tok(kind, m.group(), pos))
         pos = m.end()
     tokens.append(_Tok("end", "", len(text)))
@@ -213,9 +224,10 @@ class _Parser:
         if tok.kind != "name":
             return None
         name, nxt = tok.text, self.peek(1)
-        if name in _KEYWORD_LITERALS or (name in ("DATE", "TIMESTAMP") and nxt.kind == "str"):
+        keyword = None if tok.quoted else name
+        if keyword in _KEYWORD_LITERALS or (keyword in _TYPED_LITERALS and nxt.kind == "str"):
             return const(self.literal())
-        if name == "AggSum" and self.at_op("(", k=1):
+        if keyword == "AggSum" and self.at_op("(", k=1):
             self.advance()
             self.advance()
             self.expect_op("[")
@@ -224,7 +236,7 @@ class _Parser:
             body = self.expr()
             self.expect_op(")")
             return aggsum(group, body)
-        if name == "Exists" and self.at_op("(", k=1):
+        if keyword == "Exists" and self.at_op("(", k=1):
             self.advance()
             self.advance()
             body = self.expr()
@@ -272,10 +284,13 @@ class _Parser:
         try:
             if tok.text == "DATE":
                 return datetime.date.fromisoformat(body)
+            if tok.text == "DOUBLE":
+                return _NON_FINITE[body]
             return datetime.datetime.fromisoformat(body)
-        except ValueError:
-            kind = "date (yyyy-mm-dd)" if tok.text == "DATE" else "timestamp (ISO 8601)"
-            raise CalculusSyntaxError(f"expected a {kind}, found {s.text}", self.text, s.pos) from None
+        except (ValueError, KeyError):
+            kind = {"DATE": "a date (yyyy-mm-dd)", "DOUBLE": "'NaN', 'Infinity' or '-Infinity'"}.get(
+                tok.text, "a timestamp (ISO 8601)")
+            raise CalculusSyntaxError(f"expected {kind}, found {s.text}", self.text, s.pos) from None
 
     def number(self, text: str, tok: _Tok) -> object:
         if text.endswith("BD"):
@@ -306,8 +321,9 @@ class _Parser:
             if consume:
                 self.advance()
             return _CMP_OPS[tok.text]
-        if tok.kind == "name" and tok.text.upper() == "IS":
-            negated = self.peek(1).kind == "name" and self.peek(1).text.upper() == "NOT"
+        if tok.kind == "name" and not tok.quoted and tok.text.upper() == "IS":
+            nxt = self.peek(1)
+            negated = nxt.kind == "name" and not nxt.quoted and nxt.text.upper() == "NOT"
             if consume:
                 self.advance()
                 if negated:

@@ -55,3 +55,15 @@ class UnknownViewError(IVMError):
 
 class RefreshError(IVMError):
     """A refresh cannot proceed (change feed gone, source schema changed, …)."""
+
+
+class CatalogEntryError(IVMError):
+    """A view's catalog entry cannot be read: written by another version of spark_ivm, or damaged.
+
+    `store` is the view's map store table when it could be found without reading the entry, so that
+    DROP INCREMENTAL VIEW removes the view's maps too."""
+
+    def __init__(self, message: str, view: str, store: str | None = None):
+        super().__init__(message)
+        self.view = view
+        self.store = store

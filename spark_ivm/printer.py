@@ -4,12 +4,18 @@
 
 Values stand in braces when they are not a plain variable or constant: `{a + b}`, `{upper(s)}`,
 comparisons `{a < b}`, `{a IS NULL}`, `{a IS NOT b}` (null-safe). A delta atom prints as `ΔR(x)`.
+
+A name that is not an identifier (a table `my table`, `1t`) or that the parser would read as syntax
+(`NULL`, `AggSum`, `IS`, …) stands in backquotes, a backquote in it doubled: plans are stored as this
+text (the view catalog), so every name and constant must read back as itself. A non-finite double is
+`DOUBLE 'NaN'`, `DOUBLE 'Infinity'` or `DOUBLE '-Infinity'`.
 """
 
 from __future__ import annotations
 
 import datetime
 import math
+import re
 from decimal import Decimal
 
 from spark_ivm.calculus import (
@@ -17,6 +23,23 @@ from spark_ivm.calculus import (
 )
 
 INFIX_FNS = ("+", "-", "/", "%", "||")
+OPERATOR_FNS = ("+", "-", "*", "/", "%", "||")  # operators that may name a function: -(x), +(a, b, c)
+
+_IDENTIFIER = re.compile(r"[^\W\d][\w$#.]*")
+# Words the parser reads as literals or syntax where a name could stand (IS and NOT in any case).
+_RESERVED = ("NULL", "TRUE", "FALSE", "DATE", "TIMESTAMP", "DOUBLE", "AggSum", "Exists")
+
+
+def name_text(text: str) -> str:
+    """A variable, relation, map or function name as the parser reads it back."""
+    if (_IDENTIFIER.fullmatch(text) and not text.startswith("Δ") and text not in _RESERVED
+            and text.upper() not in ("IS", "NOT")):
+        return text
+    return "`" + text.replace("`", "``") + "`"
+
+
+def _names(names) -> str:
+    return ", ".join(name_text(n) for n in names)
 
 
 def literal(value: object) -> str:
@@ -24,10 +47,12 @@ def literal(value: object) -> str:
         return "NULL"
     if isinstance(value, bool):
         return "TRUE" if value else "FALSE"
+    if isinstance(value, Decimal) and not value.is_finite():
+        raise ValueError(f"no literal form for the non-finite decimal {value!r}")
     if isinstance(value, Decimal):
         return f"{value}BD"
     if isinstance(value, float) and not math.isfinite(value):
-        raise ValueError(f"no literal form for the non-finite number {value!r}")
+        return "DOUBLE 'NaN'" if math.isnan(value) else f"DOUBLE '{'-' if value < 0 else ''}Infinity'"
     if isinstance(value, (int, float)):
         return repr(value)
     if isinstance(value, datetime.datetime):
@@ -63,19 +88,19 @@ def _factor(e: Expr) -> str:
     if isinstance(e, Const):
         return literal(e.value)
     if isinstance(e, Var):
-        return e.name
+        return name_text(e.name)
     if isinstance(e, (Fn, Cmp)):
         return "{" + _value(e) + "}"
     if isinstance(e, Rel):
-        return f"{e.name}({', '.join(e.vars)})"
+        return f"{name_text(e.name)}({_names(e.vars)})"
     if isinstance(e, DeltaRel):
-        return f"Δ{e.name}({', '.join(e.vars)})"
+        return f"Δ{name_text(e.name)}({_names(e.vars)})"
     if isinstance(e, MapRef):
-        return f"{e.name}[{', '.join(e.keys)}]"
+        return f"{name_text(e.name)}[{_names(e.keys)}]"
     if isinstance(e, Lift):
-        return f"({e.var} ^= {_lift_body(e.expr)})"
+        return f"({name_text(e.var)} ^= {_lift_body(e.expr)})"
     if isinstance(e, AggSum):
-        return f"AggSum([{', '.join(e.group)}], {_expr(e.expr)})"
+        return f"AggSum([{_names(e.group)}], {_expr(e.expr)})"
     if isinstance(e, Exists):
         return f"Exists({_expr(e.expr)})"
     raise TypeError(f"cannot print {e!r}")
@@ -106,7 +131,8 @@ def _value(e: Expr, parent_prec: int = 0) -> str:
         text = f"{_value(e.args[0], prec)} {e.name} {_value(e.args[1], prec + 1)}"
         return f"({text})" if prec < parent_prec else text
     if isinstance(e, Fn):
-        return f"{e.name}({', '.join(_value(a) for a in e.args)})"
+        called = e.name if e.name in OPERATOR_FNS else name_text(e.name)
+        return f"{called}({', '.join(_value(a) for a in e.args)})"
     if isinstance(e, Prod):
         text = " * ".join(_value(f, 4) for f in e.factors)
         return f"({text})" if 3 < parent_prec else text

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import math
 from decimal import Decimal
 
 import pytest
@@ -249,6 +250,33 @@ def test_keywords_need_their_syntax():
     assert parse("{TIMESTAMP(x)}") == fn("TIMESTAMP", x)
 
 
+@pytest.mark.parametrize("e, text", [
+    # Names that are not identifiers, or that read as syntax, stand in backquotes (plans are stored as text).
+    (rel("my table", "a b"), "`my table`(`a b`)"),
+    (delta_rel("1t", "x"), "Δ`1t`(x)"),
+    (map_ref("NULL", "AggSum"), "`NULL`[`AggSum`]"),
+    (var("a`b"), "`a``b`"),
+    (var("Δx"), "`Δx`"),
+    (cmp("is", var("is"), var("Not")), "{`is` IS `Not`}"),
+    (fn("Exists", x), "{`Exists`(x)}"),
+    (fn("TRUE"), "{`TRUE`()}"),
+    (lift("FALSE", x), "(`FALSE` ^= x)"),
+    (aggsum(["DATE"], rel("R", "DATE", "DOUBLE")), "AggSum([`DATE`], R(`DATE`, `DOUBLE`))"),
+    (prod(var("null"), var("date")), "null * date"),  # lowercase: no keyword
+    # Doubles without number syntax
+    (const(float("inf")), "DOUBLE 'Infinity'"),
+    (cmp("<", x, const(float("-inf"))), "{x < DOUBLE '-Infinity'}"),
+])
+def test_quoted_names_and_non_finite_doubles(e, text):
+    assert to_text(e) == text
+    assert parse(text) == e
+
+
+def test_nan_reads_back():
+    e = parse("{x != DOUBLE 'NaN'}")
+    assert math.isnan(e.right.value) and to_text(e) == "{x != DOUBLE 'NaN'}"
+
+
 # --------------------------------------------------------------------------------------------------
 # Errors
 
@@ -276,6 +304,8 @@ def test_keywords_need_their_syntax():
     ("{f(a,)}", "expected a value", 5),
     ("(a + b", "expected ')'", 6),
     ("{a IS}", "expected a value", 5),
+    ("`my table(x)", "unterminated quoted name", 0),
+    ("{x < DOUBLE 'inf'}", "expected 'NaN', 'Infinity' or '-Infinity'", 12),
 ])
 def test_errors(text, message, pos):
     with pytest.raises(ValueError) as info:

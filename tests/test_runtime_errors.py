@@ -18,7 +18,7 @@ pytestmark = pytest.mark.runtime
 
 import spark_ivm
 from spark_ivm import (
-    IVMError, NonDeterministicError, ParseError, RefreshError, UnknownColumnError, UnknownTableError,
+    CatalogEntryError, IVMError, NonDeterministicError, ParseError, RefreshError, UnknownColumnError, UnknownTableError,
     UnknownViewError, UnsupportedQueryError, ViewExistsError,
 )
 
@@ -348,6 +348,90 @@ def test_refresh_after_change_feed_was_vacuumed(ivm):
     spark.sql("REFRESH INCREMENTAL VIEW fv FULL")
     assert assert_view_is_query(spark, "fv", query) == [("a", 10), ("b", 2)]
     spark.sql("DROP INCREMENTAL VIEW fv")
+
+
+# -- catalog entries this version cannot read -------------------------------------------------------
+def replace_entries(spark, catalog: str, entries: dict[str, str]) -> None:
+    """Overwrite the stored entries of the named views (qualified names) with the given texts."""
+    spark.createDataFrame(list(entries.items()), "name STRING, entry STRING").createOrReplaceTempView("new_entries")
+    spark.sql(f"MERGE INTO {catalog} c USING new_entries n ON c.name = n.name "
+              f"WHEN MATCHED THEN UPDATE SET entry = n.entry")
+
+
+def test_an_entry_an_older_version_pickled_says_how_to_recover_and_drops(ivm):
+    """Entries were pickled before catalog format 1. Such an entry is never unpickled: every statement on
+    its view fails with an error naming the view and saying to drop it and create it again; the other views
+    are listed and refreshed; DROP removes the view and its maps (from a store it shares too), and the view
+    can then be created again. An entry of a format this version does not know is handled alike."""
+    import base64
+    import pickle
+
+    from spark_ivm.runtime.catalog_format import entry_from_json
+    from spark_ivm.runtime.engine import Engine
+    from spark_ivm.runtime.mapstore import SEQUENCE_ID
+
+    spark = ivm
+    catalog = f"{DB}.old_catalog"  # its own, so that REFRESH INCREMENTAL VIEWS touches only these views
+    queries = {"old_own": "SELECT g, SUM(v) AS s FROM t GROUP BY g",
+               "old_shared": "SELECT g, COUNT(*) AS n FROM t GROUP BY g",
+               "future": "SELECT g, MAX(v) AS m FROM t GROUP BY g",
+               "kept": "SELECT g, SUM(w) AS s FROM u GROUP BY g"}
+    options = {"old_own": "", "old_shared": "WITH (store = 'shared_maps') ", "future": "",
+               "kept": "WITH (store = 'shared_maps') "}
+    spark.conf.set(CATALOG_CONF, catalog)
+    try:
+        for view, query in queries.items():
+            spark.sql(f"CREATE INCREMENTAL VIEW {view} {options[view]}AS {query}")
+        stored = {r["name"]: r["entry"] for r in spark.table(catalog).collect()}
+        old = {name: base64.b64encode(pickle.dumps(entry_from_json(stored[name], name))).decode()
+               for name in (f"{DB}.old_own", f"{DB}.old_shared")}
+        future = stored[f"{DB}.future"].replace('"format":1,', '"format":2,', 1)
+        replace_entries(spark, catalog, {**old, f"{DB}.future": future})
+
+        other = Engine(spark)  # a process started after the upgrade: nothing cached
+        for view, detail in [("old_own", "pickled Python object"), ("future", "has format 2")]:
+            for statement in (other.refresh, lambda name: other.refresh(name, full=True), other.explain):
+                with pytest.raises(CatalogEntryError) as info:
+                    statement(view)
+                message = str(info.value)
+                for fragment in (f"incremental view {DB}.{view} cannot be used", detail,
+                                 f"DROP INCREMENTAL VIEW {DB}.{view}, then CREATE INCREMENTAL VIEW {DB}.{view}",
+                                 f"SELECT sql FROM {catalog} WHERE name = '{DB}.{view}'"):
+                    assert fragment in message, message
+        listed = {r["name"]: r["state"] for r in other.show().collect()}
+        assert listed[f"{DB}.kept"] == "ok" and listed[f"{DB}.old_shared"].startswith("error: incremental view")
+        spark.sql("INSERT INTO u VALUES ('b', 5)")
+        with pytest.raises(CatalogEntryError, match=r"old_own cannot be used.*the entries of .*old_shared.*future"):
+            spark.sql("REFRESH INCREMENTAL VIEWS")
+        assert_view_is_query(spark, "kept", queries["kept"])  # refreshed all the same
+        # Neither the view's name nor its store's map ids can be taken while the entry is there.
+        with pytest.raises(CatalogEntryError, match="old_own cannot be used"):
+            spark.sql(f"CREATE INCREMENTAL VIEW old_own AS {queries['old_own']}")
+        with pytest.raises(CatalogEntryError, match="old_shared cannot be used"):
+            spark.sql(f"CREATE INCREMENTAL VIEW newcomer WITH (store = 'shared_maps') AS {queries['old_shared']}")
+        assert not spark.catalog.tableExists("newcomer")
+
+        for view in ("old_own", "old_shared", "future"):
+            spark.sql(f"DROP INCREMENTAL VIEW {view}")
+            assert not spark.catalog.tableExists(view)
+        assert not spark.catalog.tableExists("old_own__ivm_maps") and not spark.catalog.tableExists("future__ivm_maps")
+        assert set(shown(spark)) == {f"{DB}.kept"}
+        kept_ids = set(spark._spark_ivm_engine.entry("kept").layout.map_ids)
+        left = {r["map_id"] for r in spark.sql("SELECT DISTINCT map_id FROM shared_maps").collect()}
+        left.discard(SEQUENCE_ID)
+        assert left == kept_ids  # the dropped view's maps and progress are gone from the shared store
+
+        for view in ("old_own", "old_shared", "future"):
+            spark.sql(f"CREATE INCREMENTAL VIEW {view} {options[view]}AS {queries[view]}")
+        spark.sql("INSERT INTO t VALUES ('c', 3)")
+        spark.sql("REFRESH INCREMENTAL VIEWS")
+        for view, query in queries.items():
+            assert_view_is_query(spark, view, query)
+        assert all(state == "ok" for state in (r["state"] for r in spark.sql("SHOW INCREMENTAL VIEWS").collect()))
+    finally:
+        for view in queries:
+            spark.sql(f"DROP INCREMENTAL VIEW IF EXISTS {view}")
+        spark.conf.set(CATALOG_CONF, f"{DB}.views")
 
 
 # -- the other views ---------------------------------------------------------------------------------

@@ -7,27 +7,26 @@ store that returns exactly what the defining query returns.
 
 from __future__ import annotations
 
-import base64
 import json
 import logging
-import pickle
 import re
 import time
 import uuid
 from collections import Counter
-from dataclasses import dataclass, field
 
 from spark_ivm import config, udfs
 from spark_ivm.analysis import map_names
 from spark_ivm.calculus import Rel
 from spark_ivm.compiler import compile_query
 from spark_ivm.errors import (
-    InvalidQueryError, IVMError, ParseError, UnknownTableError, UnknownViewError, UnsupportedQueryError, ViewExistsError,
+    CatalogEntryError, InvalidQueryError, IVMError, ParseError, UnknownTableError, UnknownViewError, UnsupportedQueryError,
+    ViewExistsError,
 )
 from spark_ivm.heuristics import default_depth_plan, reads_source_once
 from spark_ivm.plan import Plan
 from spark_ivm.printer import to_text
 from spark_ivm.runtime import sources as source_tables
+from spark_ivm.runtime.catalog_format import ViewEntry, entry_from_json, entry_to_json
 from spark_ivm.runtime.deltalog import DeltaLogs
 from spark_ivm.runtime.mapstore import (
     ENTRY_TOKEN, SEQUENCE, SEQUENCE_ID, StoreColumns, StoredMap, StoreLayout, bookkeeping_metadata, key_column, live_rows_sql,
@@ -53,30 +52,6 @@ __all__ = ["COMPACT_CONF", "Engine", "ViewEntry", "read_view_sql"]
 COMPACT_CONF = config.COMPACT_EVERY.key
 
 
-@dataclass
-class ViewEntry:
-    name: str  # qualified db.view
-    sql: str
-    options: dict
-    plan: Plan
-    layout: StoreLayout
-    sources: dict[str, str]  # relation name in the plan -> qualified table
-    source_columns: dict[str, list[list[str]]]  # qualified table -> [[column, type], …]
-    output_types: list[list[str]]  # [[column, type], …] of the defining query
-    created_at: float
-    database: str = ""  # the current database at CREATE: unqualified names in `sql` resolve there
-    # Written with the view's progress in its store at CREATE; a cached entry whose token the store no
-    # longer holds is stale (the view was dropped, re-created or rebuilt by another process).
-    token: int = 0
-    # Each source's Delta table id when the view was built: a table dropped and created again under the
-    # same name has another, and its change data feed does not continue the old one's.
-    source_ids: dict[str, str] = field(default_factory=dict)
-
-    @property
-    def store(self) -> str:
-        return self.layout.table
-
-
 class Engine:
     def __init__(self, spark):
         self.spark = spark
@@ -90,6 +65,9 @@ class Engine:
         # commit is the catalog's latest, listing the views costs one look at its log instead of a read of
         # every entry.
         self._listed: tuple[tuple[str, int, str | None], list[ViewEntry]] | None = None
+        # The views of that listing whose entries cannot be read (an older or newer format): each view's
+        # error. They are left out of the listing, so that the other views keep working.
+        self._unreadable: dict[str, CatalogEntryError] = {}
 
     # -- dispatch ------------------------------------------------------------------------------------
     def execute(self, statement):
@@ -133,6 +111,9 @@ class Engine:
         return config.CATALOG.get(self.spark)
 
     # -- catalog -------------------------------------------------------------------------------------
+    # A row per view. `entry` holds the view's entry as JSON (catalog_format), `sql` its query as written,
+    # for people. Entries were pickled before format 1: the column keeps its name and STRING type, so
+    # an existing catalog needs no migration, and an old row is told from a new one by its content.
     def _ensure_catalog(self) -> None:
         self.spark.sql(
             f"CREATE TABLE IF NOT EXISTS {self.catalog_table} (name STRING, sql STRING, entry STRING, "
@@ -140,19 +121,30 @@ class Engine:
             f"TBLPROPERTIES ('delta.enableChangeDataFeed' = 'false')")
 
     def _entries(self) -> list[ViewEntry]:
+        """The views whose entries can be read (see _unreadable for the others)."""
         if not self.spark.catalog.tableExists(self.catalog_table):
             self._listed = None
+            self._unreadable = {}
             return []
         commit = (self.catalog_table, *self._latest_commit(self.catalog_table))
         if self._listed and self._listed[0] == commit:
             entries = self._listed[1]
         else:
             rows = self.spark.sql(
-                f"SELECT entry FROM {self.catalog_table} VERSION AS OF {commit[1]} ORDER BY created_at").collect()
-            entries = [pickle.loads(base64.b64decode(r["entry"])) for r in rows]
+                f"SELECT name, entry FROM {self.catalog_table} VERSION AS OF {commit[1]} ORDER BY created_at"
+            ).collect()
+            entries, self._unreadable = [], {}
+            for r in rows:
+                try:
+                    entries.append(self._decode(r["name"], r["entry"]))
+                except CatalogEntryError as exc:
+                    self._unreadable[r["name"]] = exc
         self._listed = (commit, entries)
         self._cache = {e.name: e for e in entries}
         return list(entries)
+
+    def _decode(self, name: str, text: str) -> ViewEntry:
+        return entry_from_json(text, name, self.catalog_table)
 
     def _latest_commit(self, table: str) -> tuple[int, str | None]:
         """The table's latest version and its commit's user metadata."""
@@ -174,15 +166,14 @@ class Engine:
             rows = self.spark.sql(
                 f"SELECT entry FROM {self.catalog_table} WHERE name = '{qualified}'").collect()
             if rows:
-                self._cache[qualified] = pickle.loads(base64.b64decode(rows[0]["entry"]))
+                self._cache[qualified] = self._decode(qualified, rows[0]["entry"])
                 return self._cache[qualified]
         raise UnknownViewError(f"no incremental view named {qualified}")
 
     def _save_entry(self, e: ViewEntry, new: bool = False) -> None:
         self._ensure_catalog()
         self._cache[e.name] = e
-        blob = base64.b64encode(pickle.dumps(e)).decode()
-        row = self.spark.createDataFrame([(e.name, e.sql, blob, e.created_at)],
+        row = self.spark.createDataFrame([(e.name, e.sql, entry_to_json(e), e.created_at)],
                                          "name STRING, sql STRING, entry STRING, created_at DOUBLE")
         if new:  # an append is a cheaper commit than a MERGE
             tag = f"spark_ivm entry {uuid.uuid4().hex}"
@@ -231,14 +222,17 @@ class Engine:
             if stmt.if_not_exists:
                 return
             raise ViewExistsError(f"incremental view {name} already exists")
+        store = self._store_name(name, stmt.options)
+        for unreadable in self._unreadable.values():
+            # The view exists, or its maps are in the store whose map ids the new view would be given:
+            # the ids that view uses are unknown until it is dropped.
+            if unreadable.view == name or unreadable.store == store:
+                raise unreadable
         if self.spark.catalog.tableExists(name):
             raise ViewExistsError(f"a table or view named {name} already exists")
-        store = self._store_name(name, stmt.options)
         new_store = not self.spark.catalog.tableExists(store)
-        if not new_store:
-            columns = {f.name for f in self.spark.table(store).schema.fields}
-            if not {"map_id", "src", "src_version"} <= columns:
-                raise IVMError(f"{store} exists and is not a map store; choose another store name")
+        if not new_store and not self._is_map_store(store):
+            raise IVMError(f"{store} exists and is not a map store; choose another store name")
         try:
             entry = self._build(name, stmt.query, stmt.options, store, stmt.positioned_query or stmt.query,
                                 entries)
@@ -246,6 +240,11 @@ class Engine:
         except BaseException:
             self._remove_objects(name, store, keep_store=not new_store)
             raise
+
+    def _is_map_store(self, table: str) -> bool:
+        if not self.spark.catalog.tableExists(table):
+            return False
+        return {"map_id", "src", "src_version"} <= {f.name for f in self.spark.table(table).schema.fields}
 
     def _store_name(self, name: str, options: dict) -> str:
         shared = options.get("store")
@@ -422,13 +421,21 @@ class Engine:
             return StoreRefresh(self, [self.entry(name, cached=False)]).run()[0]
 
     def refresh_all(self) -> list[dict]:
-        """Every view, one commit per map store: views that share a store are refreshed atomically."""
+        """Every view, one commit per map store: views that share a store are refreshed atomically.
+
+        A view whose catalog entry cannot be read fails the statement, after the others are refreshed."""
         by_store: dict[str, list[ViewEntry]] = {}
         for e in self._ordered_entries():
             by_store.setdefault(e.store, []).append(e)
+        unreadable = list(self._unreadable.values())
         stats = []
         for entries in by_store.values():
             stats += StoreRefresh(self, entries).run()
+        if unreadable:
+            others = ", ".join(e.view for e in unreadable[1:])
+            raise CatalogEntryError(
+                f"{unreadable[0]}{f'; the entries of {others} cannot be read either' if others else ''} "
+                f"(the other incremental views were refreshed)", unreadable[0].view, unreadable[0].store)
         return stats
 
     def _rebuild(self, entry: ViewEntry, started: float) -> dict:
@@ -454,12 +461,22 @@ class Engine:
     def drop(self, name: str, if_exists: bool = False) -> None:
         try:
             entry = self.entry(name, cached=False)
+            view, store = entry.name, entry.store
         except UnknownViewError:
             if if_exists:
                 return
             raise
-        self._remove_objects(entry.name, entry.store)
-        self._delete_entry(entry.name)
+        except CatalogEntryError as exc:
+            # An entry this version cannot read still names its store (catalog_format); failing that, the
+            # view has the store a view gets without WITH (store = …). Only a map store is dropped.
+            view, store = exc.view, exc.store or self._store_name(exc.view, {})
+            if not self._is_map_store(store):
+                store = None
+        if store is None:
+            self.spark.sql(f"DROP VIEW IF EXISTS {view}")
+        else:
+            self._remove_objects(view, store)
+        self._delete_entry(view)
 
     def show(self):
         rows, progress = [], {}
@@ -473,6 +490,7 @@ class Engine:
                 applied, state = {}, f"error: {exc}"
             rows.append((e.name, sorted(set(e.sources.values())), json.dumps(applied),
                          [m.name for m in e.plan.maps], state))
+        rows += [(name, [], "{}", [], f"error: {exc}") for name, exc in self._unreadable.items()]
         return _local_frame(
             self.spark, rows, "name STRING, sources ARRAY<STRING>, source_versions STRING, maps ARRAY<STRING>, state STRING")
 

@@ -13,6 +13,7 @@ version, and if not leaves the view reading the store: never rows older than the
 from __future__ import annotations
 
 import logging
+import threading
 from typing import Callable
 
 from spark_ivm import config, heuristics
@@ -35,22 +36,26 @@ class ViewForms:
     def __init__(self, spark, logs: DeltaLogs):
         self.spark = spark
         self.logs = logs
+        # Refreshes running at once in threads of one session write definitions one at a time: the
+        # metastore's replacement of a view is not atomic against another replacement or a look-up.
+        self._writing = threading.RLock()
 
     def current(self, name: str) -> dict:
         """The view's properties and text ("text") as the catalog has them (no Spark job); {} if there is
         none or the catalog is out of reach."""
         if not self.logs.available:
             return {}
-        js = self.spark._jsparkSession
-        catalog = js.sessionState().catalog()
-        ident = js.sessionState().sqlParser().parseTableIdentifier(name)
-        if not catalog.tableExists(ident):
-            return {}
-        meta = catalog.getTableMetadata(ident)
-        found = self.logs.as_python(meta.properties())
-        text = meta.viewText()
-        found["text"] = text.get() if text.isDefined() else ""
-        return found
+        with self._writing:
+            js = self.spark._jsparkSession
+            catalog = js.sessionState().catalog()
+            ident = js.sessionState().sqlParser().parseTableIdentifier(name)
+            if not catalog.tableExists(ident):
+                return {}
+            meta = catalog.getTableMetadata(ident)
+            found = self.logs.as_python(meta.properties())
+            text = meta.viewText()
+            found["text"] = text.get() if text.isDefined() else ""
+            return found
 
     def publish(self, entry, version: int, maps_at: str | Callable[[], str], current: dict | None = None, base_version: int | None = None,
                 increments: list[tuple] | None = None, retry: bool = False) -> str:
@@ -111,6 +116,10 @@ class ViewForms:
         return [tuple(r) for r in self.spark.sql(f"{sql} LIMIT {inline_rows + 1}").collect()]
 
     def _replace(self, entry, form: str, version: int, row_count: int, maps: bool, text: str) -> None:
+        with self._writing:
+            self._write_definition(entry, form, version, row_count, maps, text)
+
+    def _write_definition(self, entry, form: str, version: int, row_count: int, maps: bool, text: str) -> None:
         properties = ", ".join(f"'{k}' = '{v}'" for k, v in (
             (PROPERTY_FORM, form), (PROPERTY_VERSION, version), (PROPERTY_ROWS, row_count),
             (PROPERTY_MAPS, "yes" if maps else "no")))
