@@ -178,7 +178,7 @@ BROADCAST_BATCH_ROWS = 200_000
 
 # A refresh computes its increments in one query (see runtime/run.py: "at once") when it runs at most
 # this many trigger statements, none of which re-evaluates nested aggregates per affected key or a map's
-# whole contents. Each materialized intermediate result costs a Spark job (0.1-0.2 s on 2 cores): a light
+# whole contents. Each materialized intermediate result costs a Spark job of its own: a light
 # view's refresh is mostly such jobs. A statement that re-evaluates reads its stages several times, and
 # in one query Spark would compute a stage again at every read; many statements make one plan that
 # Spark takes long to plan.
