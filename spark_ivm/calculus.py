@@ -238,14 +238,17 @@ def prod(*factors: Expr) -> Expr:
     Repeated identical 0/1 conditions (comparisons, Exists) are idempotent and kept once.
     """
     flat: list[Expr] = []
+    conditions: set[Expr] = set()  # those in flat: a set, as a WHERE of a thousand ANDs is one product
     coefficient: int | float = 1
     for f in factors:
         parts = f.factors if isinstance(f, Prod) else (f,)
         for p in parts:
             if _is_number(p):
                 coefficient = coefficient * p.value
-            elif isinstance(p, (Cmp, Exists)) and p in flat:
-                continue
+            elif isinstance(p, (Cmp, Exists)):
+                if p not in conditions:
+                    conditions.add(p)
+                    flat.append(p)
             else:
                 flat.append(p)
     if coefficient == 0:

@@ -11,6 +11,7 @@ from typing import Mapping, Sequence
 from spark_ivm.analysis import all_vars, reads_database, rename, transform_up
 from spark_ivm.calculus import ZERO, AggSum, Expr, MapRef, aggsum, sum_
 from spark_ivm.delta import delta
+from spark_ivm.errors import UnsupportedQueryError
 from spark_ivm.heuristics import Policy
 from spark_ivm.plan import MapDecl, Plan, Statement, Trigger
 from spark_ivm.query import ViewQuery
@@ -73,6 +74,9 @@ def compile_maps(
             raise ValueError(f"map {name} must be defined by an AggSum, got {definition}")
         # A simplified definition may be a sum of AggSums (e.g. from OR); the map keeps one group.
         definition = aggsum(definition.group, simplify(definition, strict))
+        if not isinstance(definition, AggSum):  # 0: a condition no row meets ('a' = 1, say), left to the rules
+            raise UnsupportedQueryError("a query or aggregate that is empty whatever the data",
+                                        detail=f"map {name} simplifies to 0: a condition is always false")
         existing = registry.shared(definition)
         registry.declare(name, definition, 0, policy.maintenance(0))
         registry.roots[name] = name if existing is None else registry.roots[existing.name]
@@ -182,7 +186,14 @@ def compile_query(query: ViewQuery, name: str = "q", depth: int | None = None, s
                   policy: Policy | None = None) -> Plan:
     """The plan of a view; policy, when given, replaces the default policy of the depth."""
     roots = [(f"{name}_{a.name}", a.definition) for a in query.aggregates]
-    return compile_maps(roots, policy or Policy(depth), query=query, strict=strict)
+    try:
+        return compile_maps(roots, policy or Policy(depth), query=query, strict=strict)
+    except RecursionError:
+        from spark_ivm.sql import nested_too_deeply
+
+        raise nested_too_deeply() from None
+    except NotImplementedError as e:  # a map the rules cannot form, e.g. of a subquery correlated through OR
+        raise UnsupportedQueryError("a query the compiler cannot turn into maps", detail=str(e)) from None
 
 
 def compile_view(

@@ -5,9 +5,15 @@
 The FROM clause, derived tables and CTEs included, becomes one product: the relation atoms first, in
 FROM order, then the condition factors (those of derived tables and the lifts of their computed
 columns, ON, WHERE, then the lifts of computed group keys), so that every variable is bound before it
-is used. A condition is a 0/1 factor: AND is a product, OR is inclusion–exclusion `A + B − A*B`, NOT
+is used. A condition is a 0/1 factor: AND is a product, OR is inclusion–exclusion `A + B − A*B` (of up
+to four conditions; a longer OR of conditions on the row's values is one test, see disjunction_of), NOT
 is pushed down to the comparisons. The row count, sums and non-NULL counts are `AggSum`s of that body
 over the group keys; the view's columns, HAVING and ORDER BY are Spark SQL over keys and aggregates.
+
+Chains (a + b - c …, a || b …, AND, OR, UNION ALL …) are read in loops, and a chain of more than
+LONGEST_NESTED_CHAIN terms becomes a balanced tree, so that a thousand terms cost no deep recursion here
+or in the compiler; nesting that exhausts Python's recursion (parentheses, function calls, CASE,
+subqueries, a few dozen levels deep) is an UnsupportedQueryError (nested_too_deeply).
 
 MIN, MAX and COUNT/SUM/AVG(DISTINCT e) are not functions of sums: each keeps the multiset of its value
 per group, `AggSum(keys + (x,), body)` with x the value's column variable, or a fresh `x1`, `x2`… bound
@@ -31,6 +37,7 @@ placeholder names that are settled at the end.
 
 from __future__ import annotations
 
+import math
 import re
 from collections import Counter
 from dataclasses import dataclass, field
@@ -46,7 +53,8 @@ from sqlglot.tokens import TokenType
 from spark_ivm import functions
 from spark_ivm.analysis import rename
 from spark_ivm.calculus import (
-    NEGATED_CMP, NULL, ONE, ZERO, Const, Expr, Rel, Var, aggsum, cmp, fn, lift, neg, prod, rel, sum_,
+    NEGATED_CMP, NULL, ONE, ZERO, AggSum, Const, DeltaRel, Exists, Expr, Lift, MapRef, Rel, Var, aggsum, cmp, fn,
+    lift, neg, prod, rel, sum_,
 )
 from spark_ivm.errors import (
     NonDeterministicError, ParseError, UnknownColumnError, UnknownTableError, UnsupportedQueryError,
@@ -61,6 +69,23 @@ DIALECT = "spark"
 
 def translate(sql: str, schemas: Mapping[str, Sequence[object]]) -> ViewQuery:
     """The view query of a Spark SQL SELECT over tables with the given columns (names, in order)."""
+    try:
+        return _translate(sql, schemas)
+    except RecursionError:
+        raise nested_too_deeply() from None
+
+
+def nested_too_deeply() -> UnsupportedQueryError:
+    """The error for a query whose nesting exhausts Python's recursion: parsing, translating and compiling
+    recurse once or more per level of parentheses, subqueries, function calls or CASE, not per term of a
+    chain (a + b + c …, AND, OR: those are read in a loop)."""
+    return UnsupportedQueryError(
+        "expressions nested this deeply",
+        detail="parentheses, subqueries, function calls or CASE nested a few dozen levels deep or more; "
+               "write the expression with fewer levels (long chains of +, ||, AND, OR are fine)")
+
+
+def _translate(sql: str, schemas: Mapping[str, Sequence[object]]) -> ViewQuery:
     source = SqlSource(sql)
     statement = source.statement
     while isinstance(statement, exp.Subquery) and isinstance(statement.this, exp.Query):
@@ -84,6 +109,7 @@ class SqlSource:
     def __init__(self, text: str):
         self.text = text
         self.tokens = self._tokenize()
+        self._check_numbers()
         self.statement = self._parse()
 
     def _tokenize(self):
@@ -97,11 +123,28 @@ class SqlSource:
             detail = re.sub(r" from \d+:\d+$", "", str(e.__cause__ or e))
             raise ParseError(f"cannot read the SQL: {detail}", *self.line_column(offset)) from None
 
+    def _check_numbers(self) -> None:
+        """Refuse, as Spark does, a number no Spark type holds: more than 38 digits (DECIMAL's most), or
+        beyond DOUBLE's range."""
+        for token in self.tokens:
+            if token.token_type != TokenType.NUMBER:
+                continue
+            mantissa, _, exponent = token.text.lower().partition("e")
+            digits = len(re.sub(r"\D", "", mantissa).lstrip("0"))
+            if (digits > _MOST_DIGITS and not exponent) or (exponent and _out_of_double(token.text)):
+                raise ParseError(f"the number {token.text[:40]}{'…' if len(token.text) > 40 else ''} is out of "
+                                 f"range (at most {_MOST_DIGITS} digits, or a DOUBLE)", *self.line_column(token.start))
+
     def _parse(self) -> exp.Expression:
         try:
             statements = Dialect.get_or_raise(DIALECT).parser().parse(self.tokens, self.text)
         except SqlglotParseError as e:
             raise self._parse_error(e) from None
+        except RecursionError:  # the parser recurses about twenty times per level of parentheses
+            raise nested_too_deeply() from None
+        except (ValueError, TypeError, ArithmeticError, AttributeError, IndexError, KeyError) as e:
+            # sqlglot fails so on some malformed text (CAST of a number it cannot read, say)
+            raise ParseError(f"cannot parse the SQL: {type(e).__name__} {str(e)[:80]}") from None
         statements = [s for s in statements if s is not None]
         if not statements:
             raise ParseError("the SQL text holds no statement")
@@ -174,6 +217,16 @@ class SqlSource:
         if "start" in meta:
             return self.text[meta["start"]:meta["end"] + 1].lower()
         return node.sql_name().lower()
+
+
+_MOST_DIGITS = 38
+
+
+def _out_of_double(text: str) -> bool:
+    try:
+        return math.isinf(float(text))
+    except (ValueError, OverflowError):  # not a plain number: sqlglot's NUMBER tokens include 1e5D, 10L …
+        return False
 
 
 def _own_span(node: exp.Expression) -> tuple[int, int] | None:
@@ -249,6 +302,8 @@ def _construct_problem(source: SqlSource, node: exp.Expression) -> UnsupportedQu
         return _set_operation_problem(source, node)
     if isinstance(node, exp.Subquery):
         return _subquery_problem(source, node)
+    if isinstance(node, exp.Exists) and _subquery_level(node) > MAX_SUBQUERY_LEVELS:
+        return _nesting_problem(source, node, "EXISTS")
     if isinstance(node, exp.Lateral):
         return source.unsupported("LATERAL VIEW" if node.args.get("view") else "LATERAL", node, "LATERAL")
     if isinstance(node, exp.Pivot):
@@ -337,7 +392,37 @@ def _subquery_problem(source: SqlSource, subquery: exp.Subquery) -> UnsupportedQ
     parent = subquery.parent
     if isinstance(parent, (exp.Any, exp.All)):
         return source.unsupported(f"{parent.key.upper()} subquery", subquery, "SELECT")
+    if _in_expression(subquery) and _subquery_level(subquery) > MAX_SUBQUERY_LEVELS:
+        return _nesting_problem(source, subquery, "SELECT")
     return None
+
+
+# Subqueries in expressions (scalar, IN, EXISTS) nested deeper than this are refused: the delta of each level
+# holds the deltas of every level inside it, so that compiling takes several times longer per level.
+MAX_SUBQUERY_LEVELS = 4
+
+
+def _in_expression(node: exp.Expression) -> bool:
+    """Whether a subquery or EXISTS stands in an expression (a scalar, IN or EXISTS test), not in FROM."""
+    return isinstance(node, exp.Exists) or (
+        isinstance(node, exp.Subquery) and not isinstance(node.parent, (exp.From, exp.Join)))
+
+
+def _subquery_level(node: exp.Expression) -> int:
+    """How many subqueries in expressions hold the node, itself included."""
+    level = 0
+    while node is not None:
+        level += _in_expression(node)
+        node = node.parent
+    return level
+
+
+def _nesting_problem(source: SqlSource, node: exp.Expression, keyword: str) -> UnsupportedQueryError:
+    return source.unsupported(
+        f"subqueries in expressions nested more than {MAX_SUBQUERY_LEVELS} levels deep", node, keyword,
+        where="inside" if keyword == "SELECT" else "before",
+        detail="the changes of each level are derived from those of all the levels inside it; write an inner "
+               "level as a join with a derived table (a subquery in FROM), which may nest deeper")
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -595,9 +680,13 @@ class ValueTranslator:
         if isinstance(node, exp.Neg):
             return self._negation(node)
         if isinstance(node, exp.Mul):
-            return prod(self.value(node.this), self.value(node.expression))
+            return prod(*(self.value(factor) for factor in _left_chain(node, exp.Mul)))
         if isinstance(node, (exp.Add, exp.Sub)) and _interval_operand(node):
             return self._date_arithmetic(node)
+        if isinstance(node, (exp.Add, exp.Sub)):
+            return self._sum_chain(node)
+        if isinstance(node, exp.DPipe):
+            return _chained("||", [self.value(part) for part in _left_chain(node, exp.DPipe)])
         if type(node) in _ARITHMETIC:
             return fn(_ARITHMETIC[type(node)], self.value(node.this), self.value(node.expression))
         if isinstance(node, (exp.Cast, exp.TryCast)):
@@ -620,6 +709,23 @@ class ValueTranslator:
             return self._function(node)
         raise self.source.unsupported(f"expression {node.key.upper()}", node)
 
+    def _sum_chain(self, node: exp.Add | exp.Sub) -> Expr:
+        """a + b - c + …, its terms read in a loop."""
+        signed = []  # (operator, term), right to left
+        while isinstance(node, (exp.Add, exp.Sub)) and not _interval_operand(node):
+            signed.append(("+" if isinstance(node, exp.Add) else "-", node.expression))
+            node = node.this
+        signed.append(("+", node))
+        terms = [(op, self.value(term)) for op, term in reversed(signed)]
+        if len(terms) <= LONGEST_NESTED_CHAIN:
+            total = terms[0][1]
+            for op, term in terms[1:]:
+                total = fn(op, total, term)
+            return total
+        added = _chained("+", [term for op, term in terms if op == "+"])
+        subtracted = [term for op, term in terms if op == "-"]
+        return fn("-", added, _chained("+", subtracted)) if subtracted else added
+
     def _literal(self, node: exp.Expression) -> object:
         if isinstance(node, exp.Null):
             return None
@@ -628,11 +734,14 @@ class ValueTranslator:
         if node.is_string:
             return node.this
         text = node.this
-        if re.fullmatch(r"\d+", text):
-            return int(text)
-        if re.search(r"[eE]", text):
-            return float(text)
-        return Decimal(text)  # Spark types a literal with a decimal point as DECIMAL
+        try:
+            if re.fullmatch(r"\d+", text):
+                return int(text)
+            if re.search(r"[eE]", text):
+                return float(text)
+            return Decimal(text)  # Spark types a literal with a decimal point as DECIMAL
+        except (ValueError, ArithmeticError):  # decimal.InvalidOperation is an ArithmeticError
+            raise ParseError(f"invalid number {text[:40]!r}", *self.source.position(node)) from None
 
     def _negation(self, node: exp.Neg) -> Expr:
         inner = self.value(node.this)
@@ -655,10 +764,14 @@ class ValueTranslator:
         return self._fold(f"cast_{target}", args, node)
 
     def _fold(self, name: str, args: list[Expr], node: exp.Expression) -> Expr:
-        """A call of constants is computed now: `DATE '1998-12-01'` is a date, not a cast."""
+        """A call of constants is computed now: `DATE '1998-12-01'` is a date, not a cast. One Python cannot
+        compute ('1994-01-01' + INTERVAL 1 YEAR: Spark casts the string) is left to Spark."""
         if not all(isinstance(a, Const) for a in args):
             return fn(name, *args)
-        result = functions.call(name, [a.value for a in args])
+        try:
+            result = functions.call(name, [a.value for a in args])
+        except (TypeError, ValueError, AttributeError, ArithmeticError):
+            return fn(name, *args)
         if result is None and args[0].value is not None:
             raise ParseError(f"invalid literal {node.sql(dialect=DIALECT)}", *self.source.position(node))
         return Const(result)
@@ -699,8 +812,9 @@ class ValueTranslator:
         if unit not in _INTERVAL_UNITS:
             raise self.source.unsupported(f"INTERVAL … {unit or 'without a unit'}", node, "INTERVAL",
                                           detail="only DAY, WEEK, MONTH or YEAR intervals")
-        if not isinstance(amount, exp.Literal) or not re.fullmatch(r"-?\d+", amount.this.strip()):
-            raise self.source.unsupported("INTERVAL of something else than a whole number", node, "INTERVAL")
+        if not isinstance(amount, exp.Literal) or not re.fullmatch(r"-?\d{1,9}", amount.this.strip()):
+            raise self.source.unsupported("INTERVAL of something else than a whole number (of 9 digits at most)",
+                                          node, "INTERVAL")
         kind, factor = _INTERVAL_UNITS[unit]
         return int(amount.this) * factor, kind
 
@@ -756,9 +870,13 @@ class ValueTranslator:
         if isinstance(node, exp.Not):
             return self.condition(node.this, not negated)
         if isinstance(node, (exp.And, exp.Or)):
-            left, right = self.condition(node.this, negated), self.condition(node.expression, negated)
-            conjunction = isinstance(node, exp.And) != negated
-            return prod(left, right) if conjunction else disjunction(left, right)
+            parts = [self.condition(part, negated) for part in _connected(node)]
+            if isinstance(node, exp.And) != negated:
+                return prod(*parts)
+            try:
+                return disjunction_of(parts)
+            except UnsupportedQueryError as e:
+                raise self.source.unsupported(e.construct, node, "AND" if negated else "OR", where="inside") from None
         if type(node) in _COMPARISONS:
             op = NEGATED_CMP[_COMPARISONS[type(node)]] if negated else _COMPARISONS[type(node)]
             if self.nested is not None:
@@ -833,6 +951,84 @@ def disjunction(a: Expr, b: Expr) -> Expr:
     if b == ZERO:
         return a
     return sum_(a, b, neg(prod(a, b)))
+
+
+# An OR of n conditions by inclusion–exclusion has 2^n − 1 terms: longer ORs of conditions that read no
+# relation become one test instead (see disjunction_of).
+MOST_DISJUNCTS = 4
+
+
+def disjunction_of(parts: Sequence[Expr]) -> Expr:
+    """The OR of 0/1 conditions: by inclusion–exclusion when there are at most MOST_DISJUNCTS, which keeps
+    a join condition (R.b = S.b OR …) usable as one; else those that read no relation become one condition,
+    CASE WHEN c1 THEN 1 WHEN c2 THEN 1 … ELSE 0 END = 1, of as many terms as there are conditions. (A
+    subquery's value is bound by a lift before the conditions, so that EXISTS (…) OR … reads no relation
+    either: more than MOST_DISJUNCTS conditions that do are refused.)"""
+    if len(parts) > MOST_DISJUNCTS:
+        plain = [p for p in parts if not reads_relations(p)]
+        reading = [p for p in parts if reads_relations(p)]
+        if len(reading) > MOST_DISJUNCTS:
+            raise UnsupportedQueryError(f"OR of more than {MOST_DISJUNCTS} conditions that read relations")
+        if len(plain) > 1:
+            parts = [cmp("=", fn("case", *(x for p in plain for x in (p, ONE)), ZERO), ONE)] + reading
+    result = ZERO
+    for part in parts:
+        result = disjunction(result, part)
+    return result
+
+
+_READING = (Rel, DeltaRel, MapRef, AggSum, Exists, Lift)
+
+
+def reads_relations(condition: Expr) -> bool:
+    """Whether a condition reads a relation or binds a variable (a subquery's value), so that it cannot be
+    computed from the row's values alone."""
+    return any(isinstance(x, _READING) for x in condition.walk())
+
+
+# Chains of + - || of at most this many terms keep the nesting SQL gives them, (a + b) + c; longer ones are
+# nested as balanced trees, so that an expression of a thousand terms is ten levels deep, not a thousand
+# (every pass over the calculus, compiling, evaluating, printing, recurses once per level).
+LONGEST_NESTED_CHAIN = 16
+
+
+def _chained(name: str, operands: Sequence[Expr]) -> Expr:
+    """The operands combined by an associative function of two arguments, left to right: nested as
+    written up to LONGEST_NESTED_CHAIN operands, as a balanced tree beyond."""
+    if len(operands) <= LONGEST_NESTED_CHAIN:
+        result = operands[0]
+        for operand in operands[1:]:
+            result = fn(name, result, operand)
+        return result
+    level = list(operands)
+    while len(level) > 1:
+        level = [fn(name, *level[i:i + 2]) if i + 1 < len(level) else level[i] for i in range(0, len(level), 2)]
+    return level[0]
+
+
+def _left_chain(node: exp.Expression, kind: type) -> list[exp.Expression]:
+    """The operands of a chain a op b op c …, which sqlglot nests to the left: ((a op b) op c), read in a
+    loop so that a chain of a thousand terms costs no recursion."""
+    operands = []
+    while type(node) is kind:
+        operands.append(node.expression)
+        node = node.this
+    operands.append(node)
+    return operands[::-1]
+
+
+def _connected(node: exp.And | exp.Or) -> list[exp.Expression]:
+    """The operands of a chain of ANDs (or of ORs), parenthesized ones included, left to right."""
+    operands, pending = [], [node]
+    while pending:
+        n = pending.pop()
+        while isinstance(n, exp.Paren) and type(n.this) is type(node):
+            n = n.this
+        if type(n) is type(node):
+            pending += [n.expression, n.this]
+        else:
+            operands.append(n)
+    return operands
 
 
 def _ordered_constants(low: Expr, high: Expr) -> bool:
@@ -1475,15 +1671,20 @@ class ViewTranslator:
             argument = self._argument(call.this)
             if is_not_null(argument) == ZERO:
                 return exp.Null()
-            sum_name, non_null_name = self.aggregates.sum(argument, register)
+            if argument == ZERO:  # SUM(0), SUM(a * 0): a sum of 0 has no map, its definition is 0
+                total: exp.Expression = exp.Literal.number(0)
+                non_null_name = self.aggregates.non_null_count(argument, register)
+            else:
+                sum_name, non_null_name = self.aggregates.sum(argument, register)
+                total = _quoted(sum_name)
         except LookupError:
             raise self.source.unsupported("ORDER BY an expression that is not in the select list", call) from None
         if isinstance(call, exp.Avg):
-            return exp.Paren(this=exp.Div(this=_quoted(sum_name), expression=exp.Nullif(
+            return exp.Paren(this=exp.Div(this=total, expression=exp.Nullif(
                 this=_quoted(non_null_name), expression=exp.Literal.number(0))))
         # SUM over no non-NULL value is NULL, not 0.
         return exp.Case(ifs=[exp.If(this=exp.EQ(this=_quoted(non_null_name), expression=exp.Literal.number(0)),
-                                    true=exp.Null())], default=_quoted(sum_name))
+                                    true=exp.Null())], default=total)
 
     def _reduced_sql(self, call: exp.AggFunc, register: bool) -> exp.Expression:
         """MIN, MAX and the DISTINCT aggregates are read from the multiset of the value per group."""
@@ -1567,6 +1768,11 @@ class ViewTranslator:
         limit = limit_of(self.source, self.select)
         scope = self.from_.scope
         body = prod(*scope.relations(), *scope.factors(), *self.key_lifts)
+        if body == ZERO:  # WHERE FALSE, WHERE NULL, WHERE 1 = 0: no map to maintain
+            where = self.select.args.get("where")
+            raise self.source.unsupported("a query that selects no row whatever the data", where or self.select,
+                                          "WHERE" if where is not None else None, where="inside",
+                                          detail="its WHERE is always false or NULL")
         variable_names = self.translation.names.final_names()
         keys = tuple(variable_names[k] for k in self.keys)
         aggregates, aggregate_names = self.aggregates.definitions(keys, rename(body, variable_names),
@@ -1655,6 +1861,9 @@ class SetOperationTranslator:
         keys = tuple(variable_names[k] for k in self.keys)
         aggregates = tuple(Aggregate(name, aggsum(keys, rename(sum_(*bodies), variable_names)))
                            for name, bodies in counts)
+        if any(a.definition == ZERO for a in aggregates):  # an operand with WHERE FALSE: no map to maintain
+            raise self.source.unsupported("an operand of a set operation that selects no row whatever the data",
+                                          self.node, detail="its WHERE is always false or NULL")
         return ViewQuery(
             sql=self.source.text,
             keys=keys,
@@ -1701,13 +1910,18 @@ class SetOperationTranslator:
 
     @staticmethod
     def _chain(node: exp.SetOperation) -> list[exp.Expression]:
-        """The operands of a left-associated chain of one kind of set operation: A op B op C."""
+        """The operands of a left-associated chain of one kind of set operation: A op B op C (in a loop: a
+        chain of a thousand operands costs no recursion)."""
         same = (type(node), node.args.get("distinct"))
+        operands = [node.expression]
         left = _unwrapped(node.this)
-        if (isinstance(left, exp.SetOperation) and (type(left), left.args.get("distinct")) == same
-                and not any(left.args.get(c) for c in ("limit", "offset"))):
-            return SetOperationTranslator._chain(left) + [node.expression]
-        return [node.this, node.expression]
+        while (isinstance(left, exp.SetOperation) and (type(left), left.args.get("distinct")) == same
+               and not any(left.args.get(c) for c in ("limit", "offset"))):
+            node = left
+            operands.append(node.expression)
+            left = _unwrapped(node.this)
+        operands.append(node.this)
+        return operands[::-1]
 
     def _operand(self, select: exp.Select) -> _Count:
         inner = SelectTranslator(self.translation, select, self.ctes)

@@ -108,3 +108,26 @@ NESTED_QUERIES = [
     "SELECT R.a, S.b FROM R FULL JOIN S ON R.b = S.b AND R.a < S.c",
     "SELECT S.c, COUNT(*) FROM R JOIN S ON R.b = S.b LEFT JOIN T ON S.c = T.c WHERE T.d IS NULL GROUP BY S.c",
 ]
+
+
+def deep(kind: str, n: int, r: str = "R", s: str = "S") -> str:
+    """A query over tables r(a, b) and s(c, …) nesting one construct n levels deep, or chaining n terms."""
+    return {
+        "parentheses": "SELECT " + "(" * n + "a" + ")" * n + f" AS s FROM {r}",
+        "functions": "SELECT " + "abs(" * n + "a" + ")" * n + f" AS s FROM {r}",
+        "case": "SELECT " + "CASE WHEN a > 1 THEN " * n + "a" + " ELSE 0 END" * n + f" AS s FROM {r}",
+        "not": f"SELECT a FROM {r} WHERE " + "NOT " * n + "a = 1",
+        "negation": "SELECT " + "- " * n + f"a AS s FROM {r}",
+        "subqueries": "SELECT a FROM " + "(SELECT a, b FROM " * n + r + ") x" * n,
+        "exists": f"SELECT a FROM {r} WHERE " + f"EXISTS (SELECT 1 FROM {s} WHERE " * n + "c = 1" + ")" * n,
+        "sum": "SELECT b, SUM(" + " + ".join(["a"] * n) + f") FROM {r} GROUP BY b",
+        "concatenation": "SELECT " + " || ".join(["CAST(a AS STRING)"] * n) + f" AS s FROM {r}",
+        "and": f"SELECT a FROM {r} WHERE " + " AND ".join(f"a <> {i}" for i in range(n)),
+        "or": f"SELECT COUNT(*) FROM {r} WHERE " + " OR ".join(f"a = {i}" for i in range(n)),
+        "union": " UNION ALL ".join([f"SELECT a FROM {r}"] * n),
+        "parenthesized sum": "SELECT " + "(" * n + "a" + " + a)" * n + f" AS s FROM {r}",
+    }[kind]
+
+
+DEEP_KINDS = ("parentheses", "functions", "case", "not", "negation", "subqueries", "exists", "sum", "concatenation",
+              "and", "or", "union", "parenthesized sum")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 
 from sqlglot import exp
 
@@ -20,15 +21,27 @@ class SourceError(IVMError):
     """A source table cannot feed an incremental view."""
 
 
+# A part of a source table's name: what Spark's session catalog admits for tables and databases. The
+# runtime writes source names into SQL (DESCRIBE DETAIL, table_changes('…'), reads at a version), so a name
+# with any other character (a path-based table, a quote, a backtick) is refused rather than quoted.
+_NAME_PART = re.compile(r"[A-Za-z0-9_]+")
+
+
 def referenced_tables(sql: str) -> list[str]:
     """Names of the tables a query reads (CTE names excluded), as written, in order."""
     tree = SqlSource(sql).statement  # syntax errors are reported as the front end reports them
     ctes = {c.alias_or_name.lower() for c in tree.find_all(exp.CTE)}
     names = []
     for t in tree.find_all(exp.Table):
-        name = ".".join(p for p in (t.catalog, t.db, t.name) if p)
-        if name and name.lower() not in ctes:
-            names.append(name)
+        parts = [p for p in (t.catalog, t.db, t.name) if p]
+        name = ".".join(parts)
+        if not name or name.lower() in ctes:
+            continue
+        if not all(_NAME_PART.fullmatch(p) for p in parts):
+            raise SourceError(f"source table {'.'.join(quote(p) for p in parts)}: incremental views read tables "
+                              f"whose names (and databases) are letters, digits and underscores; "
+                              f"a path-based table can be read through a table registered over its path")
+        names.append(name)
     return list(dict.fromkeys(names))
 
 
