@@ -209,3 +209,51 @@ def collects_increments(maps_inline: list[bool]) -> bool:
     """Whether a refresh of views that hold their maps inline or not (one flag per view) collects its
     increments (see COLLECTED_ROWS_MAX)."""
     return bool(maps_inline) and all(maps_inline)
+
+
+# A refresh under the `auto` policy recomputes a view's maps instead of applying its batches when a batch
+# is at least this share of its source (spark.ivm.fullRefreshPercent) and at least this large: applying a
+# batch costs about what running the view's queries over as many rows does, and recomputing is running
+# them over the whole source (and writing every map again). Below the size, either takes little more than
+# a refresh's fixed steps.
+FULL_REFRESH_PERCENT = 50
+FULL_REFRESH_MIN_BYTES = 16 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Batch:
+    """What a refresh knows of a changed source's batch before reading it (from the Delta log)."""
+    table: str
+    bytes: int | None  # the changed rows' bytes in the table's files (None: not known)
+    table_bytes: int | None  # the table's size now (None: not known)
+
+    @property
+    def share(self) -> float | None:
+        """The batch's share of its source (the larger of the table now and the changed rows: a source
+        emptied is all change)."""
+        if self.bytes is None or self.table_bytes is None:
+            return None
+        return self.bytes / max(self.table_bytes, self.bytes, 1)
+
+
+def refresh_fully(batches: list[Batch], percent: int = FULL_REFRESH_PERCENT,
+                  min_bytes: int | None = None) -> tuple[bool, str]:
+    """Whether a view under the `auto` refresh policy is recomputed rather than refreshed incrementally from
+    these batches, and why (for REFRESH to report). A batch of unknown size never makes it recompute."""
+    min_bytes = FULL_REFRESH_MIN_BYTES if min_bytes is None else min_bytes
+    known = [b for b in batches if b.share is not None]
+    if not known:
+        return False, "auto: the batches' sizes are not known"
+    largest = max(known, key=lambda b: (b.share, b.bytes))
+    share = f"{largest.share:.1%} of {largest.table} ({_size(largest.bytes)})"
+    if percent and largest.share * 100 >= percent and largest.bytes >= min_bytes:
+        return True, f"auto: the batch is {share}, at least {percent}%"
+    return False, f"auto: the largest batch is {share}" + (f", under {percent}%" if percent else "")
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1024 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    raise AssertionError("unreachable")

@@ -224,7 +224,7 @@ def test_source_names_that_are_not_plain_identifiers_are_refused(name):
 
 def test_statements_behind_comments_are_ours():
     """A comment before an IVM statement (or after it) does not pass it to Spark, which cannot read it."""
-    assert parse_statement("-- nightly\nREFRESH INCREMENTAL VIEW `db`.`v` FULL; -- done") == RefreshView("db.v", True)
+    assert parse_statement("-- nightly\nREFRESH INCREMENTAL VIEW `db`.`v` FULL; -- done") == RefreshView("db.v", "full")
     assert parse_statement("/* a */ /* b */ SHOW INCREMENTAL VIEWS") == ShowViews()
     create = parse_statement("-- totals\nCREATE INCREMENTAL VIEW v AS SELECT a FROM R")
     assert create.query == "SELECT a FROM R" and create.positioned_query.index("SELECT") == len("-- totals\n") + 29

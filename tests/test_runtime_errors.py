@@ -282,7 +282,7 @@ def test_refresh_after_a_column_the_view_reads_was_renamed_needs_full(ivm):
 
 
 @pytest.mark.parametrize("new_versions", [1, 6], ids=["fewer versions", "more versions"])
-def test_refresh_after_a_source_was_dropped_and_created_again_is_refused(ivm, new_versions):
+def test_refresh_after_a_source_was_dropped_and_created_again_is_refused_under_incremental(ivm, new_versions):
     # The new table's versions count from 0 again, and may pass the ones the view applied: only its
     # Delta table id tells it from the old one. Its rows must never be taken for changes of the old.
     spark = ivm
@@ -291,7 +291,8 @@ def test_refresh_after_a_source_was_dropped_and_created_again_is_refused(ivm, ne
     for i in range(3):
         spark.sql(f"INSERT INTO {rc} VALUES ('a', {i}), ('b', 1)")
     query = f"SELECT g, COUNT(*) AS n, SUM(v) AS total FROM {rc} GROUP BY g"
-    spark.sql(f"CREATE INCREMENTAL VIEW {rcv} AS {query}")
+    # Under the default policy (auto) the view is rebuilt instead: tests/test_refresh_choice.py.
+    spark.sql(f"CREATE INCREMENTAL VIEW {rcv} WITH (refresh = 'incremental') AS {query}")
     before = rows(spark.table(rcv))
     spark.sql(f"DROP TABLE {rc}")
     spark.sql(f"CREATE TABLE {rc} (g STRING, v INT) USING delta")
@@ -302,7 +303,8 @@ def test_refresh_after_a_source_was_dropped_and_created_again_is_refused(ivm, ne
     assert "dropped and created again" in str(info.value) and "FULL" in str(info.value)
     assert f"{DB}.{rc}" in str(info.value)
     assert rows(spark.table(rcv)) == before  # untouched
-    assert spark.sql(f"REFRESH INCREMENTAL VIEW {rcv} FULL").collect()[0]["status"] == "rebuilt"
+    result = spark.sql(f"REFRESH INCREMENTAL VIEW {rcv} FULL").collect()[0]
+    assert (result["status"], result["policy"]) == ("rebuilt", "full (REFRESH … FULL)")
     assert_view_is_query(spark, rcv, query)
     spark.sql(f"INSERT INTO {rc} VALUES ('c', 9)")
     assert spark.sql(f"REFRESH INCREMENTAL VIEW {rcv}").collect()[0]["status"] == "refreshed"
@@ -323,12 +325,12 @@ def test_refresh_after_a_source_was_dropped_names_it(ivm):
     spark.sql("DROP INCREMENTAL VIEW gv")
 
 
-def test_refresh_after_change_feed_was_vacuumed(ivm):
+def test_refresh_after_change_feed_was_vacuumed_is_refused_under_incremental(ivm):
     spark = ivm
     spark.sql("CREATE TABLE f (g STRING, v INT) USING delta")
     spark.sql("INSERT INTO f VALUES ('a', 1), ('b', 2)")
     query = "SELECT g, SUM(v) AS s FROM f GROUP BY g"
-    spark.sql(f"CREATE INCREMENTAL VIEW fv AS {query}")
+    spark.sql(f"CREATE INCREMENTAL VIEW fv WITH (refresh = 'incremental') AS {query}")
     spark.sql("UPDATE f SET v = 10 WHERE g = 'a'")  # change rows go to _change_data files
     key = "spark.databricks.delta.retentionDurationCheck.enabled"
     spark.conf.set(key, "false")
@@ -390,7 +392,7 @@ def test_an_entry_an_older_version_pickled_says_how_to_recover_and_drops(ivm):
 
         other = Engine(spark)  # a process started after the upgrade: nothing cached
         for view, detail in [("old_own", "pickled Python object"), ("future", "has format 2")]:
-            for statement in (other.refresh, lambda name: other.refresh(name, full=True), other.explain):
+            for statement in (other.refresh, lambda name: other.refresh(name, "full"), other.explain):
                 with pytest.raises(CatalogEntryError) as info:
                     statement(view)
                 message = str(info.value)

@@ -77,6 +77,8 @@ class Changes:
     # ranges are of the changed rows themselves; rows deleted from a file through a deletion vector only
     # lie within that file's range.
     tight: bool = True
+    # The bytes those rows take in the table's data files, at each file's bytes per row (None: not known).
+    bytes: int | None = None
 
 
 class DeltaLogs:
@@ -161,7 +163,7 @@ class DeltaLogs:
 
     def changes(self, snapshot: TableSnapshot, start: int, end: int, columns=()) -> Changes:
         """What versions start..end of the table changed, with the ranges of `columns` (see Changes)."""
-        changed, rows, tight = False, 0, True
+        changed, rows, size, tight = False, 0, 0, True
         ranges: dict[str, list | None] = {c: [None, None] for c in columns}
         for version in range(start, end + 1):
             for added, removed in _files_by_path(self.actions(snapshot, version)).values():
@@ -171,12 +173,14 @@ class DeltaLogs:
                 tight = tight and not (added and removed)
                 count = _changed_rows(added, removed)
                 rows = None if rows is None or count is None else rows + count
+                per_row = _bytes_per_row(added + removed)
+                size = None if size is None or count is None or per_row is None else size + round(count * per_row)
                 # A file removed and added back holds the same rows with more of them deleted: the added
                 # one's statistics are of all of them. A file removed whole has its statistics where it was
                 # added (a remove action carries only its row count).
                 for action in added or [self._as_added(snapshot, version, r) for r in removed]:
                     _widen(ranges, action)
-        return Changes(changed, rows, {c: tuple(r) for c, r in ranges.items() if r is not None}, tight)
+        return Changes(changed, rows, {c: tuple(r) for c, r in ranges.items() if r is not None}, tight, size)
 
     def _as_added(self, snapshot: TableSnapshot, version: int, removed: dict) -> dict:
         """The add action of a removed file, found in the commits before `version` (up to
@@ -310,6 +314,16 @@ def _changed_rows(added: list[dict], removed: list[dict]) -> int | None:
             return None
         count += int(stats["numRecords"]) - _cardinality(action)
     return count
+
+
+def _bytes_per_row(actions: list[dict]) -> float | None:
+    """The bytes a row takes in a data file: its size over its rows, from the first action that has both."""
+    for action in actions:
+        stats = _stats(action)
+        records = int(stats.get("numRecords") or 0) if stats else 0
+        if records and action.get("size") is not None:
+            return int(action["size"]) / records
+    return None
 
 
 def _widen(ranges: dict[str, list | None], action: dict) -> None:

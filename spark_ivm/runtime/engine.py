@@ -75,7 +75,7 @@ class Engine:
             self.create(statement)
             return self._message(f"created incremental view {self.qualify(statement.name)}")
         if isinstance(statement, RefreshView):
-            return self._stats_frame([self.refresh(statement.name, full=statement.full)])
+            return self._stats_frame([self.refresh(statement.name, statement.mode)])
         if isinstance(statement, RefreshAll):
             return self._stats_frame(self.refresh_all())
         if isinstance(statement, DropView):
@@ -92,12 +92,12 @@ class Engine:
 
     def _stats_frame(self, stats: list[dict]):
         rows = [(s["view"], s["status"], json.dumps(s["versions"]), s["rows_written"], float(s["seconds"]),
-                 json.dumps(s.get("steps", {})), s.get("execution"), s.get("plan"))
+                 json.dumps(s.get("steps", {})), s.get("execution"), s.get("plan"), s.get("policy"))
                 for s in stats]
         return _local_frame(
             self.spark, rows,
             "view STRING, status STRING, source_versions STRING, rows_written BIGINT, seconds DOUBLE, steps STRING, "
-            "execution STRING, plan STRING")
+            "execution STRING, plan STRING, policy STRING")
 
     # -- names ---------------------------------------------------------------------------------------
     def qualify(self, name: str) -> str:
@@ -411,14 +411,15 @@ class Engine:
                 log.warning("cleanup of %s failed: %s", name, exc)
 
     # -- REFRESH -------------------------------------------------------------------------------------
-    def refresh(self, name: str, full: bool = False) -> dict:
-        if full:
-            return self._rebuild(self.entry(name, cached=False), time.perf_counter())
+    def refresh(self, name: str, mode: str | None = None) -> dict:
+        """Bring the view up to date: as its refresh policy says, or (mode) "full" or "incremental" once."""
+        if mode == "full":
+            return self.rebuild(self.entry(name, cached=False), time.perf_counter(), "full (REFRESH … FULL)")
         cached = self.qualify(name) in self._cache
         try:
-            return StoreRefresh(self, [self.entry(name)], check_tokens=cached).run()[0]
+            return StoreRefresh(self, [self.entry(name)], check_tokens=cached, mode=mode).run()[0]
         except StaleEntry:
-            return StoreRefresh(self, [self.entry(name, cached=False)]).run()[0]
+            return StoreRefresh(self, [self.entry(name, cached=False)], mode=mode).run()[0]
 
     def refresh_all(self) -> list[dict]:
         """Every view, one commit per map store: views that share a store are refreshed atomically.
@@ -438,8 +439,9 @@ class Engine:
                 f"(the other incremental views were refreshed)", unreadable[0].view, unreadable[0].store)
         return stats
 
-    def _rebuild(self, entry: ViewEntry, started: float) -> dict:
-        """FULL refresh: compile again against the current schemas and recompute every map."""
+    def rebuild(self, entry: ViewEntry, started: float, policy: str) -> dict:
+        """FULL refresh: compile again against the current schemas and recompute every map. `policy` says
+        why, for REFRESH to report."""
         # Before anything is removed: a rebuild that cannot run must leave the view as it was.
         udfs.require(self.spark, udfs.plan_functions(entry.plan), view=entry.name)
         store = entry.store
@@ -455,7 +457,7 @@ class Engine:
         self._save_entry(fresh)
         versions = {t: self.store_version(t) for t in set(fresh.sources.values())}
         return {"view": fresh.name, "status": "rebuilt", "versions": versions, "rows_written": 0,
-                "seconds": time.perf_counter() - started}
+                "seconds": time.perf_counter() - started, "policy": policy}
 
     # -- DROP / SHOW / EXPLAIN -------------------------------------------------------------------------
     def drop(self, name: str, if_exists: bool = False) -> None:

@@ -12,6 +12,10 @@ The steps, as REFRESH reports their seconds:
   of two refreshes computed from one version only one lands (exactly once);
 - view: the user's view written for the new version (see publish.py).
 A refresh with nothing to apply reads two Delta logs and the view's definition: no Spark job.
+
+A view's refresh policy (its `refresh` option, or REFRESH … INCREMENTAL | FULL) may have its maps recomputed
+instead (Engine.rebuild): always (full), or under auto when a batch is a large share of its source
+(heuristics.refresh_fully), a source was replaced by another table, or its change data feed is gone.
 """
 
 from __future__ import annotations
@@ -71,6 +75,15 @@ class StaleEntry(Exception):
     """A cached catalog entry no longer describes the view in its store."""
 
 
+class FullRefreshNeeded(RefreshError):
+    """A view's changes cannot be applied, but recomputing its maps brings it up to date (`reason`)."""
+
+    def __init__(self, message: str, view: str, reason: str):
+        super().__init__(message)
+        self.view = view
+        self.reason = reason
+
+
 @dataclass
 class ViewRefresh:
     """One view's part of a refresh: the source versions it starts from and goes to, the sources that
@@ -84,6 +97,7 @@ class ViewRefresh:
     increments: list[str] = field(default_factory=list)  # store-shaped rows to write
     bounds: dict[str, str | None] = field(default_factory=dict)  # map -> the rows its reads need (map_bounds)
     view: dict = field(default_factory=dict)  # the user's view as the catalog had it (ViewForms.current)
+    policy: str = ""  # why the view is refreshed incrementally, for REFRESH to report
 
     def __post_init__(self):
         self.versions = dict(self.applied)
@@ -126,27 +140,43 @@ def sources(run: RefreshRun, relation_tables, source_columns, versions, layout, 
 class StoreRefresh:
     """One refresh of views of one map store: one commit, the views' definitions, their statistics."""
 
-    def __init__(self, engine, entries: list, check_tokens: bool = False):
+    def __init__(self, engine, entries: list, check_tokens: bool = False, mode: str | None = None):
         self.engine = engine
         self.spark = engine.spark
         self.logs = engine.logs
         self.entries = entries
         self.store = entries[0].store
         self.check_tokens = check_tokens  # the entries come from a cache: StaleEntry if the store disagrees
+        self.mode = mode  # REFRESH … INCREMENTAL: "incremental" for every view; None: each view's policy
+        self.rebuilds: dict[str, str] = {}  # view -> why its maps are recomputed instead
+
+    def policy(self, entry) -> str:
+        return self.mode or entry.options.get("refresh", "auto")
 
     def run(self) -> list[dict]:
         """Refresh the views; their statistics, in order. A commit that loses a race with another refresh
-        of the store is computed again from the store as that one left it."""
-        for attempt in range(ATTEMPTS):
+        of the store is computed again from the store as that one left it. The views whose policy has them
+        recomputed are rebuilt after the others' commit."""
+        started = time.perf_counter()
+        attempts = 0
+        while True:
             try:
                 with session_settings(self.spark, REFRESH_SETTINGS):
-                    return self._attempt()
+                    stats = self._attempt()
+                break
             except ConcurrentCommitError:
-                if attempt + 1 == ATTEMPTS:
+                attempts += 1
+                if attempts == ATTEMPTS:
                     raise RefreshError(f"the map store {self.store} of {self.entries[0].name} was written by "
                                        f"{ATTEMPTS} other refreshes while this one ran; try again") from None
                 log.info("the map store %s was written while a refresh ran; refreshing again", self.store)
-        raise AssertionError("unreachable")
+            except FullRefreshNeeded as exc:  # found while reading the batches: the others go on without it
+                entry = next((e for e in self.entries if e.name == exc.view), None)
+                if entry is None or entry.name in self.rebuilds or self.policy(entry) == "incremental":
+                    raise
+                self.rebuilds[entry.name] = f"full ({self.policy(entry)}: {exc.reason})"
+        return [self.engine.rebuild(e, started, self.rebuilds[e.name]) if e.name in self.rebuilds else s
+                for e, s in zip(self.entries, stats)]
 
     def _attempt(self) -> list[dict]:
         started = time.perf_counter()
@@ -185,13 +215,13 @@ class StoreRefresh:
                 crash_point("after_write")
                 for w in work:
                     stats[w.entry.name] = {**_stats(w.entry, "refreshed", w.targets, written, started),
-                                           "execution": execution, "plan": plan}
+                                           "execution": execution, "plan": plan, "policy": w.policy}
                 self._publish(run, work, store, staged, increments)
             else:
                 # Nothing to apply: the views' definitions must still show the store as it is (a crash, or
                 # a refresh that raced another, may have left one behind).
                 with run.timed("view"):
-                    for entry in self.entries:
+                    for entry in (e for e in self.entries if e.name not in self.rebuilds):
                         self.engine.forms.publish(entry, store.version, lambda e=entry: self._store_rows(run, e),
                                                   stats[entry.name]["definition"])
             steps = run.step_seconds(time.perf_counter() - started)
@@ -222,29 +252,54 @@ class StoreRefresh:
         stats: dict[str, dict] = {}
         work: list[ViewRefresh] = []
         for entry in self.entries:
+            if entry.name in self.rebuilds:
+                stats[entry.name] = {}
+                continue
             applied = applied_versions(entry, progress)
             targets = {t: run.version(t) for t in set(entry.sources.values()) if run.columns(t) is not None}
-            for table in set(entry.sources.values()):
-                check_source(entry, table, run, applied)
-            changed = [t for t in ordered_tables(entry) if targets[t] > applied[t] and self._data_changed(run, t, applied[t])]
+            policy = self.policy(entry)
+            try:
+                for table in set(entry.sources.values()):
+                    check_source(entry, table, run, applied)
+            except FullRefreshNeeded as exc:
+                if policy == "incremental":
+                    raise
+                self.rebuilds[entry.name], stats[entry.name] = f"full ({policy}: {exc.reason})", {}
+                continue
+            # A source's commits that only rewrote files or changed a property changed none of its rows.
+            changes = {t: self._changes(run, t, applied[t]) for t in ordered_tables(entry) if targets[t] > applied[t]}
+            changed = [t for t, c in changes.items() if c is None or c.data_changed]
             view = self.engine.forms.current(entry.name)
-            if changed:
-                work.append(ViewRefresh(entry, applied, targets, changed, view=view))
-            else:
+            if not changed:
                 stats[entry.name] = {**_stats(entry, "up to date", applied, 0, started), "definition": view}
+                continue
+            full, why = self._choice(run, policy, [(t, changes[t]) for t in changed])
+            if full:
+                self.rebuilds[entry.name], stats[entry.name] = f"full ({why})", {}
+            else:
+                work.append(ViewRefresh(entry, applied, targets, changed, view=view, policy=f"incremental ({why})"))
         return work, stats
 
-    def _data_changed(self, run: RefreshRun, table: str, applied: int) -> bool:
-        """Whether the source's commits after `applied` changed its rows, as its Delta log says (a commit
-        that only rewrote files or changed a property did not). True where the log cannot tell."""
+    def _changes(self, run: RefreshRun, table: str, applied: int):
+        """What the source's commits after `applied` changed, as its Delta log says; None where the log
+        cannot tell."""
         snapshot = run.snapshots.get(table)
         if snapshot is None:
-            return True
+            return None
         try:
-            return self.logs.changes(snapshot, applied + 1, snapshot.version).data_changed
+            return self.logs.changes(snapshot, applied + 1, snapshot.version)
         except Exception as exc:  # a commit file cleaned up: the change data feed will say what is gone
             log.debug("the log of %s does not tell what changed: %s", table, exc)
-            return True
+            return None
+
+    def _choice(self, run: RefreshRun, policy: str, changed) -> tuple[bool, str]:
+        """Whether a view with these changed sources is recomputed, and why."""
+        if policy != "auto":
+            why = "REFRESH … INCREMENTAL" if self.mode else "the view's refresh policy"
+            return policy == "full", f"{policy}: {why}"
+        batches = [heuristics.Batch(t, c.bytes if c else None, getattr(run.snapshots.get(t), "size_bytes", None))
+                   for t, c in changed]
+        return heuristics.refresh_fully(batches, config.FULL_REFRESH_PERCENT.get(self.spark))
 
     def _execution(self, run: RefreshRun, work: list[ViewRefresh]) -> str:
         """How the refresh's Spark plans run, as the session setting spark.ivm.codegen says: "compiled" (on,
@@ -540,10 +595,11 @@ def check_source(entry, table: str, run: RefreshRun, applied: dict[str, int]) ->
     replaced = (snapshot is not None and recorded is not None and snapshot.table_id != recorded) \
         or run.version(table) < applied[table]
     if replaced:
-        raise RefreshError(
+        raise FullRefreshNeeded(
             f"source table {table} of view {entry.name} was dropped and created again since the view was "
             f"built (it is another Delta table now); its changes since then cannot be read: run REFRESH "
-            f"INCREMENTAL VIEW {entry.name} FULL to rebuild the view from it")
+            f"INCREMENTAL VIEW {entry.name} FULL to rebuild the view from it", entry.name,
+            f"source table {table} was dropped and created again")
     # Columns added after the view's are no concern of the view: its SQL names the columns it reads.
     was = entry.source_columns[table]
     if now[:len(was)] != was:
@@ -566,9 +622,10 @@ def _refresh_failure(entry, exc: Exception) -> Exception:
     text = str(exc)
     if any(k in text for k in ("DELTA_CHANGE_DATA_FEED", "ChangeDataFeed", "FileNotFound", "VersionNotFound",
                                "DELTA_MISSING_CHANGE_DATA", "change data")):
-        return RefreshError(
+        return FullRefreshNeeded(
             f"the change data feed of a source of {entry.name} no longer covers the versions to apply "
-            f"({text.strip().splitlines()[0][:300]}); run REFRESH INCREMENTAL VIEW {entry.name} FULL")
+            f"({text.strip().splitlines()[0][:300]}); run REFRESH INCREMENTAL VIEW {entry.name} FULL", entry.name,
+            "the change data feed no longer covers the versions to apply")
     return exc
 
 

@@ -1,7 +1,7 @@
 """Recognizes the IVM statements inside `spark.sql(...)` text; everything else passes through.
 
-    CREATE INCREMENTAL VIEW [IF NOT EXISTS] name [WITH (depth = N, …)] AS query
-    REFRESH INCREMENTAL VIEW name [FULL]
+    CREATE INCREMENTAL VIEW [IF NOT EXISTS] name [WITH (depth = N, store = 'name', refresh = 'auto', …)] AS query
+    REFRESH INCREMENTAL VIEW name [INCREMENTAL | FULL]
     REFRESH INCREMENTAL VIEWS
     DROP INCREMENTAL VIEW [IF EXISTS] name
     SHOW INCREMENTAL VIEWS
@@ -38,13 +38,17 @@ _CREATE = re.compile(
     r"^\s*CREATE\s+INCREMENTAL\s+VIEW\s+(?P<ine>IF\s+NOT\s+EXISTS\s+)?" + _NAME
     + r"\s*(?:WITH\s*\((?P<options>[^)]*)\)\s*)?AS\b(?P<query>.*)$", re.I | re.S)
 _REFRESH_ALL = re.compile(r"^\s*REFRESH\s+INCREMENTAL\s+VIEWS" + _END, re.I | re.S)
-_REFRESH = re.compile(r"^\s*REFRESH\s+INCREMENTAL\s+VIEW\s+" + _NAME + r"(?P<full>\s+FULL)?" + _END, re.I | re.S)
+_REFRESH = re.compile(r"^\s*REFRESH\s+INCREMENTAL\s+VIEW\s+" + _NAME + r"(?:\s+(?P<mode>FULL|INCREMENTAL))?" + _END,
+                      re.I | re.S)
 _DROP = re.compile(r"^\s*DROP\s+INCREMENTAL\s+VIEW\s+(?P<ie>IF\s+EXISTS\s+)?" + _NAME + _END, re.I | re.S)
 _SHOW = re.compile(r"^\s*SHOW\s+INCREMENTAL\s+VIEWS" + _END, re.I | re.S)
 _EXPLAIN = re.compile(r"^\s*EXPLAIN\s+INCREMENTAL\s+VIEW\s+" + _NAME + _END, re.I | re.S)
 _ANY_IVM = re.compile(r"^\s*(CREATE|REFRESH|DROP|SHOW|EXPLAIN)\s+INCREMENTAL\b", re.I)
 
-KNOWN_OPTIONS = {"depth", "store"}
+KNOWN_OPTIONS = {"depth", "store", "refresh"}
+# How REFRESH brings a view up to date (the `refresh` option; see heuristics.refresh_fully): incremental,
+# from the sources' changes; full, by recomputing its maps; auto, whichever the batches make cheaper.
+REFRESH_POLICIES = ("auto", "incremental", "full")
 
 
 @dataclass(frozen=True)
@@ -61,7 +65,7 @@ class CreateView:
 @dataclass(frozen=True)
 class RefreshView:
     name: str
-    full: bool = False
+    mode: str | None = None  # "full" or "incremental" for this refresh; None: as the view's refresh policy says
 
 
 @dataclass(frozen=True)
@@ -116,7 +120,7 @@ def parse_statement(text: str):
     if _REFRESH_ALL.match(text):
         return RefreshAll()
     if m := _REFRESH.match(text):
-        return RefreshView(plain_name(m.group("name")), bool(m.group("full")))
+        return RefreshView(plain_name(m.group("name")), m.group("mode").lower() if m.group("mode") else None)
     if m := _DROP.match(text):
         return DropView(plain_name(m.group("name")), bool(m.group("ie")))
     if _SHOW.match(text):
@@ -153,4 +157,9 @@ def _option_value(key: str, value: str):
         return int(value)
     if key == "store":
         return plain_name(value, "a map store")
+    if key == "refresh":
+        if value.lower() not in REFRESH_POLICIES:
+            raise ParseError(f"refresh must be {', '.join(REFRESH_POLICIES[:-1])} or {REFRESH_POLICIES[-1]}, "
+                             f"not {value[:80]!r}")
+        return value.lower()
     return value
