@@ -31,8 +31,8 @@ from rich.padding import Padding
 from rich.table import Table
 
 import spark_ivm
-from spark_ivm import tpch
-from spark_ivm.tpch import compare
+from spark_ivm.bench import tpch
+from spark_ivm.bench.tpch import compare
 
 DATABASE = "tpch"
 HOLD_BACK = 0.001  # fraction of the orders inserted by the first batch

@@ -1,14 +1,14 @@
 """Cancellation: monomials that differ only in their numeric coefficient are added up; zeros vanish.
 
->>> from spark_ivm.calculus_parser import parse
+>>> from spark_ivm.calculus.parser import parse
 >>> str(cancel(parse("R(a) * a + S(a) + -1 * R(a) * a")))
 'S(a)'
 """
 
 from __future__ import annotations
 
-from spark_ivm.analysis import transform_up
-from spark_ivm.calculus import Const, Expr, Prod, Sum, prod, sum_
+from spark_ivm.calculus.analysis import transform_up
+from spark_ivm.calculus.expressions import Const, Expr, Prod, Sum, prod, sum_
 
 __all__ = ["cancel"]
 

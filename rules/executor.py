@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from spark_ivm.calculus import Expr
+from spark_ivm.calculus.expressions import Expr
 
 Rule = Callable[[Expr], Expr]
 

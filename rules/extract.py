@@ -11,8 +11,8 @@ summed variable that would make its map a product of theirs is split at that var
 heuristics.splits_map_at). `materialize` turns a definition `AggSum(k, …)` into a
 map reference (creating or reusing a map): this rule is mechanism, the compiler decides the names.
 
->>> from spark_ivm.calculus_parser import parse
->>> from spark_ivm.calculus import MapRef
+>>> from spark_ivm.calculus.parser import parse
+>>> from spark_ivm.calculus.expressions import MapRef
 >>> make = lambda d: MapRef("m", d.group)
 >>> str(extract_aggregates(parse("AggSum([], ΔS(b, c) * R(a, b) * a)"), make))
 'AggSum([], ΔS(b, c) * m[b])'
@@ -22,10 +22,12 @@ from __future__ import annotations
 
 from typing import Callable
 
-from spark_ivm.analysis import (
+from spark_ivm.calculus.analysis import (
     all_vars, factors_of, has_delta, is_nested, ivars, ovars, reads_database, reads_maps, schedule,
 )
-from spark_ivm.calculus import AggSum, Cmp, Exists, Expr, Fn, Lift, MapRef, Rel, Sum, aggsum, exists, lift, prod, sum_
+from spark_ivm.calculus.expressions import (
+    AggSum, Cmp, Exists, Expr, Fn, Lift, MapRef, Rel, Sum, aggsum, exists, lift, prod, sum_,
+)
 from spark_ivm.heuristics import splits_map_at
 
 from .factorize import connected_components

@@ -5,15 +5,15 @@ Two factors are connected when they share a variable that is summed away inside 
 group variable, not an input). `AggSum(g, A * B) = AggSum(g ∩ vars(A), A) * AggSum(g ∩ vars(B), B)`
 when A and B share no such variable. Pure values over group or input variables stay plain factors.
 
->>> from spark_ivm.calculus_parser import parse
+>>> from spark_ivm.calculus.parser import parse
 >>> str(factorize(parse("AggSum([], R(a, b) * a * S(c))")))
 'AggSum([], R(a, b) * a) * AggSum([], S(c))'
 """
 
 from __future__ import annotations
 
-from spark_ivm.analysis import all_vars, factors_of, ivars, ovars, schedule, transform_up
-from spark_ivm.calculus import AggSum, Expr, aggsum, prod
+from spark_ivm.calculus.analysis import all_vars, factors_of, ivars, ovars, schedule, transform_up
+from spark_ivm.calculus.expressions import AggSum, Expr, aggsum, prod
 
 __all__ = ["factorize", "connected_components"]
 

@@ -1,16 +1,16 @@
 """Constant folding: functions and comparisons of constants become constants.
 
->>> from spark_ivm.calculus_parser import parse
+>>> from spark_ivm.calculus.parser import parse
 >>> str(fold_constants(parse("R(a) * {1 + 2 < 4} * {a + 2 * 3}")))
 'R(a) * {a + 6}'
 """
 
 from __future__ import annotations
 
-from spark_ivm import functions
-from spark_ivm.analysis import transform_up
-from spark_ivm.calculus import Cmp, Const, Exists, Expr, Fn
-from spark_ivm.evaluator import _compare
+from spark_ivm.calculus import functions
+from spark_ivm.calculus.analysis import transform_up
+from spark_ivm.calculus.evaluator import _compare
+from spark_ivm.calculus.expressions import Cmp, Const, Exists, Expr, Fn
 
 __all__ = ["fold_constants"]
 

@@ -4,7 +4,7 @@ Products distribute over sums, an AggSum of a sum becomes a sum of AggSums, and 
 coefficients move in front of AggSums. Sums inside values (function arguments, comparisons, lift
 bodies) are left alone: they are values, not unions of relations.
 
->>> from spark_ivm.calculus_parser import parse
+>>> from spark_ivm.calculus.parser import parse
 >>> str(normalize(parse("AggSum([], (R(a) + -1 * S(a)) * a)")))
 'AggSum([], R(a) * a) + -1 * AggSum([], S(a) * a)'
 """
@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from itertools import product as cartesian
 
-from spark_ivm.analysis import all_vars, transform_up
-from spark_ivm.calculus import AggSum, Const, Expr, Prod, Sum, aggsum, prod, sum_
+from spark_ivm.calculus.analysis import all_vars, transform_up
+from spark_ivm.calculus.expressions import AggSum, Const, Expr, Prod, Sum, aggsum, prod, sum_
 
 __all__ = ["normalize"]
 

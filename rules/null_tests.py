@@ -3,15 +3,15 @@
 A product of values is NULL exactly when one of its factors is, and split tests factorize: each one
 concerns the variables of one relation, so maps keep one relation's filter each.
 
->>> from spark_ivm.calculus_parser import parse
+>>> from spark_ivm.calculus.parser import parse
 >>> str(split_null_tests(parse("R(a) * S(b) * {a * b * 2 IS NOT NULL}")))
 'R(a) * S(b) * {a IS NOT NULL} * {b IS NOT NULL}'
 """
 
 from __future__ import annotations
 
-from spark_ivm.analysis import transform_up
-from spark_ivm.calculus import NULL, Cmp, Const, Expr, Prod, cmp, prod
+from spark_ivm.calculus.analysis import transform_up
+from spark_ivm.calculus.expressions import NULL, Cmp, Const, Expr, Prod, cmp, prod
 
 __all__ = ["split_null_tests"]
 

@@ -5,15 +5,15 @@ Variables visible outside the AggSum (its group variables and its inputs) are ne
 SQL's `=` is false on NULL while a shared variable joins NULL with NULL, so an eliminated equality
 leaves the guard `{x IS NOT NULL}` behind; a lift binds NULL like any value and needs no guard.
 
->>> from spark_ivm.calculus_parser import parse
+>>> from spark_ivm.calculus.parser import parse
 >>> str(unify(parse("AggSum([], R(a, rb) * S(sb, c) * {rb = sb} * a)")))
 'AggSum([], R(a, rb) * S(rb, c) * {rb IS NOT NULL} * a)'
 """
 
 from __future__ import annotations
 
-from spark_ivm.analysis import factors_of, ivars, ovars, rename, transform_up
-from spark_ivm.calculus import NULL, AggSum, Cmp, Expr, Lift, Var, aggsum, cmp, prod
+from spark_ivm.calculus.analysis import factors_of, ivars, ovars, rename, transform_up
+from spark_ivm.calculus.expressions import NULL, AggSum, Cmp, Expr, Lift, Var, aggsum, cmp, prod
 
 __all__ = ["unify"]
 

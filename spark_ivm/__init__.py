@@ -8,12 +8,12 @@ The compiler (SQL → calculus → deltas → maps and triggers) is pure Python:
 Python functions declared with `@spark_ivm.udf` may be called in views like built-ins.
 """
 
-from spark_ivm.compiler import compile_view
+from spark_ivm.compiler.plan import Plan
+from spark_ivm.compiler.viewlet import compile_view
 from spark_ivm.errors import (
     CatalogEntryError, InvalidQueryError, IVMError, NonDeterministicError, ParseError, RefreshError, UnknownColumnError,
     UnknownTableError, UnknownViewError, UnsupportedQueryError, ViewExistsError,
 )
-from spark_ivm.plan import Plan
 from spark_ivm.udfs import udf
 
 __version__ = "0.1.0"

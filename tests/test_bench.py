@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from spark_ivm import bench_report as report
-from spark_ivm.tpch import compare, same_bag
+from spark_ivm.bench import report
+from spark_ivm.bench.tpch import compare, same_bag
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -236,7 +236,7 @@ def test_a_report_without_the_target_scales_lists_no_targets():
 
 
 def test_a_stopped_run_keeps_and_says_what_it_measured(tmp_path):
-    from spark_ivm.bench import save
+    from spark_ivm.bench.run import save
 
     data = sample_report()
     del data["summary"], data["growth"]

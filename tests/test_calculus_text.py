@@ -1,4 +1,4 @@
-"""The calculus text form: `spark_ivm.calculus_parser.parse` is the inverse of `printer.to_text`."""
+"""The calculus text form: `spark_ivm.calculus.parser.parse` is the inverse of `printer.to_text`."""
 
 from __future__ import annotations
 
@@ -11,11 +11,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from spark_ivm.calculus import (
+from spark_ivm.calculus.expressions import (
     Const, Expr, aggsum, cmp, const, delta_rel, exists, fn, lift, map_ref, neg, prod, rel, sum_, var,
 )
-from spark_ivm.calculus_parser import CalculusSyntaxError, parse, parse_value
-from spark_ivm.printer import INFIX_FNS, to_text
+from spark_ivm.calculus.parser import CalculusSyntaxError, parse, parse_value
+from spark_ivm.calculus.printer import INFIX_FNS, to_text
 
 a, b, c, s, x, y = (var(n) for n in ("a", "b", "c", "s", "x", "y"))
 R = rel("R", "x", "y")

@@ -15,18 +15,19 @@ from pathlib import Path
 import pytest
 
 from corpus import NESTED_QUERIES, QUERIES as CORPUS_QUERIES, SCHEMAS as CORPUS_SCHEMAS
-from spark_ivm import compile_view, orderbook
-from spark_ivm.compiler import compile_query
+from spark_ivm import compile_view
+from spark_ivm.bench import orderbook
+from spark_ivm.bench.tpch import read_query as tpch_query
+from spark_ivm.compiler.plan import Plan
+from spark_ivm.compiler.plan_json import FormatError, plan_from_json, plan_to_data, plan_to_json
+from spark_ivm.compiler.viewlet import compile_query
 from spark_ivm.errors import CatalogEntryError
+from spark_ivm.frontend.translate import translate
 from spark_ivm.heuristics import Policy
-from spark_ivm.plan import Plan
-from spark_ivm.plan_json import FormatError, plan_from_json, plan_to_data, plan_to_json
 from spark_ivm.runtime.catalog_format import (
     FORMAT, ViewEntry, entry_from_json, entry_to_json, layout_from_json, layout_to_json,
 )
 from spark_ivm.runtime.mapstore import StoredMap, StoreLayout
-from spark_ivm.sql import translate
-from spark_ivm.tpch import read_query as tpch_query
 from test_tpch_compile import QUERIES as TPCH_QUERIES, SCHEMAS as TPCH_SCHEMAS
 
 DEPTHS = {"depth1": 1, "unlimited": None}

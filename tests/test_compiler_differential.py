@@ -19,11 +19,11 @@ import zlib
 import pytest
 
 from spark_ivm import compile_view
-from spark_ivm.compiler import compile_query
-from spark_ivm.evaluator import Database, apply_batch, evaluate_map, initial_maps
+from spark_ivm.calculus.evaluator import Database, apply_batch, evaluate_map, initial_maps
+from spark_ivm.compiler.viewlet import compile_query
 
+from spark_ivm.frontend.translate import translate
 from spark_ivm.heuristics import Policy
-from spark_ivm.sql import translate
 
 from corpus import NESTED_QUERIES, QUERIES, SCHEMAS
 

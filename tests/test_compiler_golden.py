@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 
 from spark_ivm import compile_view
-from spark_ivm.analysis import map_names
+from spark_ivm.calculus.analysis import map_names
+from spark_ivm.calculus.evaluator import Database, apply_batch, initial_maps
+from spark_ivm.calculus.parser import parse
+from spark_ivm.compiler.viewlet import compile_maps
 from spark_ivm.heuristics import Policy
-from spark_ivm.calculus_parser import parse
-from spark_ivm.compiler import compile_maps
-from spark_ivm.evaluator import Database, apply_batch, initial_maps
 
 GOLDEN = Path(__file__).parent / "golden"
 

@@ -17,12 +17,12 @@ import pytest
 import sqlglot
 
 from spark_ivm import compile_view
-from spark_ivm.calculus import Rel
+from spark_ivm.calculus.evaluator import Database, apply_batch, evaluate_map, initial_maps
+from spark_ivm.calculus.expressions import Rel
+from spark_ivm.compiler.plan_json import plan_from_json, plan_to_json
 from spark_ivm.errors import UnsupportedQueryError
-from spark_ivm.evaluator import Database, apply_batch, evaluate_map, initial_maps
-from spark_ivm.plan_json import plan_from_json, plan_to_json
+from spark_ivm.frontend.values import disjunction_of
 from spark_ivm.runtime.sqlgen import Sources, quote, statement_sql
-from spark_ivm.sql import disjunction_of
 
 from corpus import deep
 

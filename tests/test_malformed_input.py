@@ -22,8 +22,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlglot import exp
 
-from spark_ivm.compiler import compile_query
+from spark_ivm.bench.tpch import read_query
+from spark_ivm.compiler.viewlet import compile_query
 from spark_ivm.errors import IVMError, ParseError, UnsupportedQueryError
+from spark_ivm.frontend.translate import translate
 from spark_ivm.runtime.mapstore import StoredMap, StoreLayout
 from spark_ivm.runtime.sources import SourceError, referenced_tables
 from spark_ivm.runtime.sqlgen import Sources, literal_sql, quote, statement_sql
@@ -31,8 +33,6 @@ from spark_ivm.runtime.statements import (
     CreateView, DropView, ExplainView, RefreshAll, RefreshView, ShowViews, parse_statement,
 )
 from spark_ivm.runtime.viewsql import Column, held_maps_sql, literal, read_view_sql, rows_view_sql
-from spark_ivm.sql import translate
-from spark_ivm.tpch import read_query
 
 from corpus import DEEP_KINDS, NESTED_QUERIES, QUERIES, SCHEMAS, deep
 from test_tpch_compile import SCHEMAS as TPCH_SCHEMAS

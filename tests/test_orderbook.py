@@ -25,12 +25,12 @@ import pyarrow as pa
 import pytest
 
 from spark_ivm import compile_view
-from spark_ivm.calculus import MapRef
-from spark_ivm.evaluator import Database, apply_batch, evaluate_map, initial_maps
-from spark_ivm.orderbook import (
+from spark_ivm.bench.orderbook import (
     QUERIES, SCHEMAS, TABLES, OrderBookStream, ddl, event_sql, load_orderbook, net_change, read_query, run_events,
 )
-from spark_ivm.sql import translate
+from spark_ivm.calculus.evaluator import Database, apply_batch, evaluate_map, initial_maps
+from spark_ivm.calculus.expressions import MapRef
+from spark_ivm.frontend.translate import translate
 
 from test_sql_frontend import normalized, to_sqlite, view_rows
 from test_sqlgen import Checker, DuckDatabase, _arrow_type, run_scenario

@@ -7,14 +7,14 @@ from __future__ import annotations
 import sqlglot
 
 from spark_ivm import compile_view
-from spark_ivm.analysis import map_key_bindings
-from spark_ivm.calculus import aggsum, cmp, delta_rel, exists, lift, map_ref, prod, rel, sum_, var
+from spark_ivm.calculus.analysis import map_key_bindings
+from spark_ivm.calculus.expressions import aggsum, cmp, delta_rel, exists, lift, map_ref, prod, rel, sum_, var
 from spark_ivm.heuristics import (
     DEFAULT_CHECKPOINT_PARTITIONS, LISTED_BATCH_ROWS_MAX, SHARED_SOURCE_READ_MAX_BYTES, checkpoint_partitions,
     lists_batch_values, reads_source_once, reads_store_once,
 )
-from spark_ivm.runtime.refresh import maps_read
 from spark_ivm.runtime.mapstore import key_range_sql, key_set_sql, union_sql
+from spark_ivm.runtime.refresh import maps_read
 
 SCHEMAS = {"R": ["A", "B"], "S": ["B", "C"]}
 

@@ -7,9 +7,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from spark_ivm.calculus import MapRef
-from spark_ivm.calculus_parser import parse
-from spark_ivm.evaluator import Database, evaluate
+from spark_ivm.calculus.evaluator import Database, evaluate
+from spark_ivm.calculus.expressions import MapRef
+from spark_ivm.calculus.parser import parse
 from spark_ivm.rules import (
     Batch, FixedPoint, IdempotenceError, NonTerminationError, Once, RuleExecutor, SIMPLIFY, cancel,
     extract_aggregates, factorize, fold_constants, normalize, split_null_tests, unify,
@@ -122,7 +122,7 @@ def test_once_batch_must_be_idempotent():
 
 
 def test_simplify_batches_terminate_on_a_delta():
-    from spark_ivm.delta import delta
+    from spark_ivm.calculus.delta import delta
 
     q = parse("AggSum([], R(a, b1) * R(b2, c) * {b1 = b2} * a * c)")
     out = RuleExecutor(SIMPLIFY, strict=True).execute(delta(q, "R"))

@@ -16,8 +16,8 @@ import pytest
 pytestmark = pytest.mark.runtime
 
 import spark_ivm
-from spark_ivm.compiler import compile_query
-from spark_ivm.sql import translate
+from spark_ivm.compiler.viewlet import compile_query
+from spark_ivm.frontend.translate import translate
 
 from corpus import QUERIES, SCHEMAS
 

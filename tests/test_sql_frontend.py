@@ -12,13 +12,13 @@ from decimal import Decimal
 import pytest
 import sqlglot
 
-from spark_ivm.calculus import AggSum
+from spark_ivm.calculus.evaluator import Database, evaluate
+from spark_ivm.calculus.expressions import AggSum
 from spark_ivm.errors import (
     NonDeterministicError, ParseError, UnknownColumnError, UnknownTableError, UnsupportedQueryError,
 )
-from spark_ivm.evaluator import Database, evaluate
-from spark_ivm.query import ROW_COUNT, ViewQuery
-from spark_ivm.sql import translate
+from spark_ivm.frontend.translate import translate
+from spark_ivm.frontend.view_query import ROW_COUNT, ViewQuery
 
 SCHEMAS = {
     "R": ["A", "B"],
@@ -211,7 +211,7 @@ def test_column_named_like_an_aggregate_is_renamed():
 
 
 def test_functions_the_front_end_emits_have_reference_implementations():
-    from spark_ivm import functions
+    from spark_ivm.calculus import functions
 
     for name in ("in", "round", "add_months", "cast_decimal", "concat", "least", "datediff"):
         assert name in functions.FUNCTIONS

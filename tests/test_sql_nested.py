@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from spark_ivm.sql import translate
+from spark_ivm.frontend.translate import translate
 
 from test_sql_frontend import SCHEMAS, database, normalized, sqlite_with, to_sqlite, view_rows
 

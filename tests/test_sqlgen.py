@@ -22,11 +22,11 @@ duckdb = pytest.importorskip("duckdb")
 pa = pytest.importorskip("pyarrow")
 
 from spark_ivm import compile_view
-from spark_ivm.analysis import map_key_bindings
-from spark_ivm.calculus_parser import parse
-from spark_ivm.evaluator import Database, apply_batch, evaluate_map, initial_maps
-from spark_ivm.runtime.mapstore import map_conditions
+from spark_ivm.calculus.analysis import map_key_bindings
+from spark_ivm.calculus.evaluator import Database, apply_batch, evaluate_map, initial_maps
+from spark_ivm.calculus.parser import parse
 from spark_ivm.runtime.fused import Fused, fuse, fused_sql
+from spark_ivm.runtime.mapstore import map_conditions
 from spark_ivm.runtime.sqlgen import (
     MULTIPLICITY, VALUE, Sources, quote, shared_products, statement_sql, with_shared,
 )
@@ -331,7 +331,7 @@ def _tpch_arrow_type(sql_type: str):
 def test_generated_sql_of_tpch_plans_equals_the_reference_evaluator(name, runtime_form):
     from test_tpch_compile import COLUMNS, apply, random_batch, random_table
 
-    from spark_ivm.tpch import read_query
+    from spark_ivm.bench.tpch import read_query
 
     schemas = {t: [c for c, _ in cols] for t, cols in COLUMNS.items()}
     types = {t: {c: _tpch_arrow_type(ty) for c, ty in cols} for t, cols in COLUMNS.items()}

@@ -14,12 +14,12 @@ from decimal import Decimal
 import pytest
 
 from spark_ivm import compile_view
-from spark_ivm.analysis import map_names, reads_database
-from spark_ivm.calculus import Cmp, Const, Fn, Rel, Var
-from spark_ivm.evaluator import Database, apply_batch, evaluate_map, initial_maps
+from spark_ivm.bench.tpch import SCHEMAS as DDL
+from spark_ivm.bench.tpch import _split_columns, read_query
+from spark_ivm.calculus.analysis import map_names, reads_database
+from spark_ivm.calculus.evaluator import Database, apply_batch, evaluate_map, initial_maps
+from spark_ivm.calculus.expressions import Cmp, Const, Fn, Rel, Var
 from spark_ivm.heuristics import MAX_TRIGGER_STATEMENTS, default_depth_plan, statement_count
-from spark_ivm.tpch import SCHEMAS as DDL
-from spark_ivm.tpch import _split_columns, read_query
 
 QUERIES = [f"q{n}" for n in range(1, 23)]
 

@@ -12,11 +12,12 @@ import pandas as pd
 import pytest
 
 import spark_ivm
-from spark_ivm import compile_view, functions, udfs
-from spark_ivm.calculus_parser import parse
+from spark_ivm import compile_view, udfs
+from spark_ivm.calculus import functions
+from spark_ivm.calculus.evaluator import Database, apply_batch, evaluate_map, initial_maps
+from spark_ivm.calculus.parser import parse
+from spark_ivm.calculus.printer import to_text
 from spark_ivm.errors import UnsupportedQueryError
-from spark_ivm.evaluator import Database, apply_batch, evaluate_map, initial_maps
-from spark_ivm.printer import to_text
 
 PARIS = (48.8566, 2.3522)
 SCHEMAS = {"places": ["id", "name", "lat", "lon", "pop"]}

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Callable, Iterable
 
-from spark_ivm import functions
+from spark_ivm.calculus import functions
 from spark_ivm.errors import IVMError, UnsupportedQueryError
 
 _NAME = re.compile(r"[a-z_][a-z0-9_]*")
@@ -217,7 +217,7 @@ def require(spark, names: Iterable[str], view: str | None = None) -> None:
 
 def plan_functions(plan) -> list[str]:
     """The names of the functions (calculus `Fn`) a compiled plan calls, in order of first use."""
-    from spark_ivm.calculus import Fn
+    from spark_ivm.calculus.expressions import Fn
 
     expressions = [m.definition for m in plan.maps]
     expressions += [s.expr for t in plan.triggers for s in t.statements]

@@ -27,9 +27,9 @@ import json
 import pickletools
 from dataclasses import dataclass, field
 
+from spark_ivm.compiler.plan import Plan
+from spark_ivm.compiler.plan_json import Fields, FormatError, plan_from_data, plan_to_data
 from spark_ivm.errors import CatalogEntryError
-from spark_ivm.plan import Plan
-from spark_ivm.plan_json import Fields, FormatError, plan_from_data, plan_to_data
 from spark_ivm.runtime.mapstore import StoredMap, StoreLayout
 
 __all__ = ["FORMAT", "ViewEntry", "entry_to_json", "entry_from_json", "layout_to_json", "layout_from_json"]

@@ -15,16 +15,17 @@ import uuid
 from collections import Counter
 
 from spark_ivm import config, udfs
-from spark_ivm.analysis import map_names
-from spark_ivm.calculus import Rel
-from spark_ivm.compiler import compile_query
+from spark_ivm.calculus.analysis import map_names
+from spark_ivm.calculus.expressions import Rel
+from spark_ivm.calculus.printer import to_text
+from spark_ivm.compiler.plan import Plan
+from spark_ivm.compiler.viewlet import compile_query
 from spark_ivm.errors import (
     CatalogEntryError, InvalidQueryError, IVMError, ParseError, UnknownTableError, UnknownViewError, UnsupportedQueryError,
     ViewExistsError,
 )
+from spark_ivm.frontend.translate import translate
 from spark_ivm.heuristics import default_depth_plan, reads_source_once
-from spark_ivm.plan import Plan
-from spark_ivm.printer import to_text
 from spark_ivm.runtime import sources as source_tables
 from spark_ivm.runtime.catalog_format import ViewEntry, entry_from_json, entry_to_json
 from spark_ivm.runtime.deltalog import DeltaLogs
@@ -43,7 +44,6 @@ from spark_ivm.runtime.statements import (
     CreateView, DropView, ExplainView, RefreshAll, RefreshView, ShowViews,
 )
 from spark_ivm.runtime.viewsql import PROPERTY_FORM, PROPERTY_VERSION, read_view_sql
-from spark_ivm.sql import translate
 
 log = logging.getLogger("spark_ivm")
 

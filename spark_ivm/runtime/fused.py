@@ -14,8 +14,8 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Sequence
 
-from spark_ivm.analysis import factors_of
-from spark_ivm.calculus import AggSum, Const, Expr, Sum, prod
+from spark_ivm.calculus.analysis import factors_of
+from spark_ivm.calculus.expressions import AggSum, Const, Expr, Sum, prod
 from spark_ivm.runtime.sqlgen import SqlGen, Sources, is_pure
 
 

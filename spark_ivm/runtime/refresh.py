@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pyspark.sql import DataFrame
 
 from spark_ivm import config, heuristics, udfs
-from spark_ivm.analysis import map_key_bindings, map_names, relations
+from spark_ivm.calculus.analysis import map_key_bindings, map_names, relations
 from spark_ivm.errors import IVMError, RefreshError
 from spark_ivm.runtime.deltalog import ConcurrentCommitError, TableSnapshot
 from spark_ivm.runtime.fused import Fused, fuse, fused_sql

@@ -8,8 +8,8 @@ import re
 from sqlglot import exp
 
 from spark_ivm.errors import IVMError
+from spark_ivm.frontend.source import SqlSource
 from spark_ivm.runtime.sqlgen import MULTIPLICITY, quote
-from spark_ivm.sql import SqlSource
 
 log = logging.getLogger("spark_ivm")
 

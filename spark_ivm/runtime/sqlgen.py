@@ -41,9 +41,9 @@ from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from typing import Callable, Sequence
 
-from spark_ivm import functions
-from spark_ivm.analysis import all_vars, factors_of, join_order, ovars
-from spark_ivm.calculus import (
+from spark_ivm.calculus import functions
+from spark_ivm.calculus.analysis import all_vars, factors_of, join_order, ovars
+from spark_ivm.calculus.expressions import (
     FLIPPED_CMP, AggSum, Cmp, Const, DeltaRel, Exists, Expr, Fn, Lift, MapRef, Prod, Rel, Sum, Var, aggsum, lift, prod,
 )
 from spark_ivm.errors import UnsupportedQueryError

@@ -8,13 +8,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
-from spark_ivm.analysis import all_vars, reads_database, rename, transform_up
-from spark_ivm.calculus import ZERO, AggSum, Expr, MapRef, aggsum, sum_
-from spark_ivm.delta import delta
+from spark_ivm.calculus.analysis import all_vars, reads_database, rename, transform_up
+from spark_ivm.calculus.delta import delta
+from spark_ivm.calculus.expressions import ZERO, AggSum, Expr, MapRef, aggsum, sum_
+from spark_ivm.compiler.plan import MapDecl, Plan, Statement, Trigger
 from spark_ivm.errors import UnsupportedQueryError
+from spark_ivm.frontend.view_query import ViewQuery
 from spark_ivm.heuristics import Policy
-from spark_ivm.plan import MapDecl, Plan, Statement, Trigger
-from spark_ivm.query import ViewQuery
 from spark_ivm.rules import SIMPLIFY, RuleExecutor, extract_aggregates
 
 __all__ = ["compile_maps", "compile_query", "compile_view", "simplify"]
@@ -96,7 +96,7 @@ def compile_maps(
 
 
 def _relations(e: Expr) -> tuple[str, ...]:
-    from spark_ivm.analysis import relations
+    from spark_ivm.calculus.analysis import relations
 
     return relations(e)
 
@@ -189,7 +189,7 @@ def compile_query(query: ViewQuery, name: str = "q", depth: int | None = None, s
     try:
         return compile_maps(roots, policy or Policy(depth), query=query, strict=strict)
     except RecursionError:
-        from spark_ivm.sql import nested_too_deeply
+        from spark_ivm.frontend.source import nested_too_deeply
 
         raise nested_too_deeply() from None
     except NotImplementedError as e:  # a map the rules cannot form, e.g. of a subquery correlated through OR
@@ -203,6 +203,6 @@ def compile_view(
     name: str = "q",
 ) -> Plan:
     """Compile `SELECT …` over tables with the given column names into a plan of maps and triggers."""
-    from spark_ivm.sql import translate
+    from spark_ivm.frontend.translate import translate
 
     return compile_query(translate(sql, schemas), name=name, depth=depth)

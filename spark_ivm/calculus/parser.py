@@ -1,6 +1,6 @@
-"""Reads the text form of calculus expressions that `spark_ivm.printer.to_text` writes.
+"""Reads the text form of calculus expressions that `spark_ivm.calculus.printer.to_text` writes.
 
-    >>> from spark_ivm.printer import to_text
+    >>> from spark_ivm.calculus.printer import to_text
     >>> e = parse("AggSum([o_k], O(o_k, o_r) * {o_r > 5} * (x ^= {o_r + 1}) * Exists(S(o_k)) * m[o_k])")
     >>> to_text(e)
     'AggSum([o_k], O(o_k, o_r) * {o_r > 5} * (x ^= {o_r + 1}) * Exists(S(o_k)) * m[o_k])'
@@ -35,7 +35,7 @@ comparisons do not chain):
 
 `[ expr ]` inside a value is calculus syntax (the printer does not write it yet; it is how a Sum or a
 relation atom nested in a value can be written unambiguously). Nodes are built with the smart
-constructors of `spark_ivm.calculus`, so `parse(to_text(e)) == e` for canonical expressions.
+constructors of `spark_ivm.calculus.expressions`, so `parse(to_text(e)) == e` for canonical expressions.
 Malformed text raises `CalculusSyntaxError`, a `ValueError` naming the position and what was expected.
 """
 
@@ -46,7 +46,7 @@ import re
 from decimal import Decimal, InvalidOperation
 from typing import NamedTuple
 
-from spark_ivm.calculus import (
+from spark_ivm.calculus.expressions import (
     Expr, aggsum, cmp, const, delta_rel, exists, fn, lift, map_ref, prod, rel, sum_, var,
 )
 
@@ -388,7 +388,7 @@ class _Parser:
 
 
 def parse(text: str) -> Expr:
-    """The calculus expression written in `text` (the inverse of `spark_ivm.printer.to_text`)."""
+    """The calculus expression written in `text` (the inverse of `spark_ivm.calculus.printer.to_text`)."""
     p = _Parser(text)
     e = p.expr()
     p.expect_end()

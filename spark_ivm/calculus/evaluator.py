@@ -18,9 +18,9 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from spark_ivm import functions
-from spark_ivm.analysis import all_vars
-from spark_ivm.calculus import (
+from spark_ivm.calculus import functions
+from spark_ivm.calculus.analysis import all_vars
+from spark_ivm.calculus.expressions import (
     AggSum, Cmp, Const, DeltaRel, Exists, Expr, Fn, Lift, MapRef, Prod, Rel, Sum, Var,
 )
 

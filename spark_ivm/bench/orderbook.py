@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
 
-from spark_ivm.tpch import Query, read_query as _read_query
+from spark_ivm.bench.tpch import Query, read_query as _read_query
 
 TABLES = ("bids", "asks")
 QUERIES = ("vwap", "bsp", "axf", "psp", "bsv")
@@ -33,7 +33,7 @@ SCHEMAS = {table: [name for name, _ in COLUMN_TYPES] for table in TABLES}
 TABLE_PROPERTIES = {"delta.enableChangeDataFeed": "true", "delta.enableDeletionVectors": "true"}
 
 # The queries of this repository (sql/orderbook/<name>.sql), present in a source checkout.
-QUERY_DIR = Path(__file__).resolve().parents[1] / "sql" / "orderbook"
+QUERY_DIR = Path(__file__).resolve().parents[2] / "sql" / "orderbook"
 
 # Volumes span five orders of magnitude so that "more than a small fraction of the total volume"
 # (PSP) and "a quarter of the total volume" (VWAP) select some orders and not others. Every value is

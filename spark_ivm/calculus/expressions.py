@@ -43,7 +43,7 @@ class Expr:
         return self
 
     def __str__(self) -> str:
-        from spark_ivm.printer import to_text
+        from spark_ivm.calculus.printer import to_text
 
         return to_text(self)
 

@@ -1,4 +1,4 @@
-"""Subqueries and outer joins as nested aggregates, for the SQL front end (`spark_ivm.sql`).
+"""Subqueries and outer joins as nested aggregates, for the SQL front end (`spark_ivm.frontend`).
 
 A nested aggregate is a lift `(z ^= AggSum([c…], body))` that binds a fresh variable `z` to a sum over
 the subquery's body, grouped by its correlation variables `c…` (the variables of the enclosing query
@@ -15,7 +15,7 @@ the body uses, bound before the lift). The enclosing query then uses `z` as a va
 - a grouped derived table: `Exists(AggSum([k…], body))` enumerates its groups, and each aggregate is
   a lift correlated by the group keys.
 
-The delta of such a lift restricts itself to the keys whose nested value changed (`spark_ivm.delta`).
+The delta of such a lift restricts itself to the keys whose nested value changed (`spark_ivm.calculus.delta`).
 """
 
 from __future__ import annotations
@@ -24,13 +24,16 @@ from typing import TYPE_CHECKING
 
 from sqlglot import exp
 
-from spark_ivm.analysis import all_vars, rename
-from spark_ivm.calculus import (
+from spark_ivm.calculus.analysis import all_vars, rename
+from spark_ivm.calculus.expressions import (
     FLIPPED_CMP, NULL, ONE, ZERO, Expr, Var, aggsum, cmp, exists, fn, lift, prod, sum_,
 )
+from spark_ivm.frontend.constructs import first_aggregate
+from spark_ivm.frontend.scope import FromItem, SourceColumn
+from spark_ivm.frontend.values import is_not_null
 
-if TYPE_CHECKING:
-    from spark_ivm.sql import FromItem, SelectTranslator
+if TYPE_CHECKING:  # select.py imports this module; a SelectTranslator is only passed in
+    from spark_ivm.frontend.select import SelectTranslator
 
 __all__ = ["NestedQueries"]
 
@@ -60,9 +63,7 @@ class NestedQueries:
         select = self._select(node, "scalar subquery")
         self._reject_clauses(select, "a scalar subquery", grouping=True)
         expression = self._single_expression(select, node, "scalar subquery")
-        from spark_ivm.sql import _first_aggregate
-
-        if _first_aggregate(expression) is None:
+        if first_aggregate(expression) is None:
             raise self.source.unsupported("scalar subquery without an aggregate", node, "SELECT",
                                           detail="a subquery's single row is an aggregate over its rows")
         inner = self._inner(select)
@@ -162,11 +163,9 @@ class NestedQueries:
 
     def _in_groups(self, select, inner, y_node, x: Expr, negated: bool, node: exp.In) -> Expr:
         """x IN (SELECT k FROM … GROUP BY k HAVING …): the group of key x exists and passes HAVING."""
-        from spark_ivm.sql import _first_aggregate
-
         group = select.args.get("group")
         keys = group.expressions if group is not None else []
-        if negated or len(keys) != 1 or keys[0] != y_node or _first_aggregate(y_node) is not None:
+        if negated or len(keys) != 1 or keys[0] != y_node or first_aggregate(y_node) is not None:
             raise self.source.unsupported(
                 "NOT IN of a grouped subquery" if negated else "IN subquery of something else than its one group key",
                 node, "IN", where="inside")
@@ -197,8 +196,6 @@ class NestedQueries:
                      ctes) -> "FromItem":
         """A derived table with GROUP BY or aggregates: its groups enumerated by `Exists(AggSum(keys, …))`
         (one row without GROUP BY), each aggregate a lift correlated by the keys, HAVING a condition."""
-        from spark_ivm.sql import FromItem, SourceColumn, _first_aggregate
-
         for clause, keyword in (("limit", "LIMIT"), ("offset", "OFFSET")):
             if select.args.get(clause) is not None:
                 raise self.source.unsupported(f"{keyword} in a derived table", select.args[clause], keyword)
@@ -234,7 +231,7 @@ class NestedQueries:
             if item.node is None:
                 raise self.source.unsupported("* in a grouped derived table", select, "*", where="inside")
             value = inner.values.value(item.node)
-            if _first_aggregate(item.node) is None:
+            if first_aggregate(item.node) is None:
                 if value not in key_of:
                     raise self.source.unsupported(
                         f"column {item.name} that is neither grouped nor aggregated", item.node)
@@ -308,8 +305,6 @@ class NestedAggregates:
         self.variables: set[str] = set()
 
     def __call__(self, call: exp.AggFunc) -> Expr:
-        from spark_ivm.sql import _first_aggregate, is_not_null
-
         source = self.nested.source
         name = source.function_name(call).upper()
         if isinstance(call.this, exp.Distinct):
@@ -319,8 +314,8 @@ class NestedAggregates:
                                      detail="a subquery's MIN or MAX can be compared: x = (SELECT MIN(…) …)")
         if not isinstance(call, (exp.Sum, exp.Count, exp.Avg)):
             raise source.unsupported(f"aggregate function {name}", call)
-        if call.this is not None and _first_aggregate(call.this) is not None:
-            raise source.unsupported("nested aggregate", _first_aggregate(call.this))
+        if call.this is not None and first_aggregate(call.this) is not None:
+            raise source.unsupported("nested aggregate", first_aggregate(call.this))
         if isinstance(call, exp.Count):
             if call.expressions:
                 raise source.unsupported("COUNT of several expressions", call)
@@ -348,10 +343,8 @@ def _nested_sum(body: Expr, candidates) -> Expr:
 
 
 def _is_grouped(select: exp.Select) -> bool:
-    from spark_ivm.sql import _first_aggregate
-
     return (select.args.get("group") is not None or select.args.get("having") is not None
-            or any(_first_aggregate(e) is not None for e in select.expressions))
+            or any(first_aggregate(e) is not None for e in select.expressions))
 
 
 def _unwrapped_select(node: exp.Expression) -> exp.Select | None:

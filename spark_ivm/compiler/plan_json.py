@@ -1,6 +1,6 @@
 """A compiled plan as plain data (dicts, lists, strings, numbers): what the view catalog stores.
 
-Every calculus expression is its text (`printer.to_text`), read back with `calculus_parser.parse`; every
+Every calculus expression is its text (`printer.to_text`), read back with `parser.parse`; every
 other field is a JSON value. Reading a plan back is much cheaper than compiling the view's SQL again
 (TPC-H q8 at unlimited depth: about 0.1 s to parse against 2.5 s to compile), and a process that opens
 a view on a new Spark session pays it on every run.
@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import json
 
-from spark_ivm.calculus import Expr
-from spark_ivm.calculus_parser import CalculusSyntaxError, parse
-from spark_ivm.plan import MapDecl, Plan, Statement, Trigger
-from spark_ivm.printer import to_text
-from spark_ivm.query import Aggregate, OutputColumn, ViewQuery
+from spark_ivm.calculus.expressions import Expr
+from spark_ivm.calculus.parser import CalculusSyntaxError, parse
+from spark_ivm.calculus.printer import to_text
+from spark_ivm.compiler.plan import MapDecl, Plan, Statement, Trigger
+from spark_ivm.frontend.view_query import Aggregate, OutputColumn, ViewQuery
 
 __all__ = ["Fields", "FormatError", "plan_to_data", "plan_from_data", "plan_to_json", "plan_from_json",
            "query_to_data", "query_from_data"]

@@ -43,8 +43,8 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 import spark_ivm
-from spark_ivm import bench_report as report
-from spark_ivm import tpch
+from spark_ivm.bench import report
+from spark_ivm.bench import tpch
 from spark_ivm.errors import UnsupportedQueryError
 from spark_ivm.runtime.mapstore import StoreColumns, live_rows_sql
 from spark_ivm.session import PROJECT_ROOT
@@ -416,7 +416,7 @@ def rereport(path: str, out: str | None, baseline: str | None = None) -> int:
 
 
 def load_baseline(path: str) -> dict:
-    """An earlier run's summary to compare with (see bench_report.baseline_table)."""
+    """An earlier run's summary to compare with (see report.baseline_table)."""
     data = json.loads(Path(path).read_text())
     summary = data.get("summary") or [report.summarize(r) for r in data.get("results", [])]
     return {"source": Path(path).name, "started": data.get("started"), "summary": summary}

@@ -58,7 +58,7 @@ SCHEMAS = {
 TABLE_PROPERTIES = {"delta.enableChangeDataFeed": "true", "delta.enableDeletionVectors": "true"}
 
 # The TPC-H queries of this repository (sql/tpch/q<N>.sql), present in a source checkout.
-QUERY_DIR = Path(__file__).resolve().parents[1] / "sql" / "tpch"
+QUERY_DIR = Path(__file__).resolve().parents[2] / "sql" / "tpch"
 
 
 # -- generating ------------------------------------------------------------------------------------------

@@ -5,7 +5,7 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Callable, Mapping
 
-from spark_ivm.calculus import (
+from spark_ivm.calculus.expressions import (
     AggSum, Cmp, Const, DeltaRel, Exists, Expr, Fn, Lift, MapRef, Prod, Rel, Sum, Var, aggsum, lift,
 )
 

@@ -1,4 +1,4 @@
-"""Readable text form of calculus expressions; `spark_ivm.calculus_parser` reads it back.
+"""Readable text form of calculus expressions; `spark_ivm.calculus.parser` reads it back.
 
     AggSum([o_k], O(o_k, o_r) * {o_r > 5} * (x ^= {o_r + 1}) * Exists(S(o_k)) * m[o_k])
 
@@ -18,7 +18,7 @@ import math
 import re
 from decimal import Decimal
 
-from spark_ivm.calculus import (
+from spark_ivm.calculus.expressions import (
     AggSum, Cmp, Const, DeltaRel, Exists, Expr, Fn, Lift, MapRef, Prod, Rel, Sum, Var,
 )
 

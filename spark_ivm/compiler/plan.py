@@ -23,10 +23,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from spark_ivm.analysis import affected_key_domains, ovars
-from spark_ivm.calculus import Expr
-from spark_ivm.printer import to_text
-from spark_ivm.query import ViewQuery
+from spark_ivm.calculus.analysis import affected_key_domains, ovars
+from spark_ivm.calculus.expressions import Expr
+from spark_ivm.calculus.printer import to_text
+from spark_ivm.frontend.view_query import ViewQuery
 
 
 @dataclass(frozen=True)

@@ -12,8 +12,8 @@ statement re-evaluates the outer part only for those keys. An existence test is 
 
 from __future__ import annotations
 
-from spark_ivm.analysis import transform_up
-from spark_ivm.calculus import (
+from spark_ivm.calculus.analysis import transform_up
+from spark_ivm.calculus.expressions import (
     ZERO, AggSum, Const, DeltaRel, Exists, Expr, Lift, MapRef, Prod, Rel, Sum, Var,
     aggsum, exists, lift, neg, prod, sum_,
 )

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from spark_ivm.calculus import Expr
-from spark_ivm.printer import to_text
+from spark_ivm.calculus.expressions import Expr
+from spark_ivm.calculus.printer import to_text
 
 ROW_COUNT = "count"
 
