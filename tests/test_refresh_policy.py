@@ -14,7 +14,7 @@ from spark_ivm.heuristics import (
     lists_batch_values, reads_source_once, reads_store_once,
 )
 from spark_ivm.runtime.mapstore import key_range_sql, key_set_sql, union_sql
-from spark_ivm.runtime.refresh import maps_read
+from spark_ivm.runtime.view_work import maps_read
 
 SCHEMAS = {"R": ["A", "B"], "S": ["B", "C"]}
 

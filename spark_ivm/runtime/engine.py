@@ -34,15 +34,13 @@ from spark_ivm.runtime.mapstore import (
     ordered_rows_sql, sequence_sql,
 )
 from spark_ivm.runtime.publish import ViewForms
-from spark_ivm.runtime.refresh import (
-    STORE_WRITE_SETTINGS, INTEGRAL_TYPES, StaleEntry, StoreRefresh, applied_versions, progress_rows,
-    shared_products_of, sources,
-)
+from spark_ivm.runtime.refresh import STORE_WRITE_SETTINGS, INTEGRAL_TYPES, StaleEntry, StoreRefresh, shared_products_of, sources
 from spark_ivm.runtime.run import RefreshRun, parallel, session_settings
 from spark_ivm.runtime.sqlgen import VALUE, literal_sql, quote, statement_sql
 from spark_ivm.runtime.statements import (
     CreateView, DropView, ExplainView, RefreshAll, RefreshView, ShowViews,
 )
+from spark_ivm.runtime.view_work import applied_versions, progress_rows
 from spark_ivm.runtime.viewsql import PROPERTY_FORM, PROPERTY_VERSION, read_view_sql
 
 log = logging.getLogger("spark_ivm")

@@ -23,22 +23,25 @@ from __future__ import annotations
 import logging
 import os
 import time
-from dataclasses import dataclass, field
 
 from pyspark.sql import DataFrame
 
 from spark_ivm import config, heuristics, udfs
-from spark_ivm.calculus.analysis import map_key_bindings, map_names, relations
+from spark_ivm.calculus.analysis import relations
 from spark_ivm.errors import IVMError, RefreshError
 from spark_ivm.runtime.deltalog import ConcurrentCommitError, TableSnapshot
 from spark_ivm.runtime.fused import Fused, fuse, fused_sql
 from spark_ivm.runtime.mapstore import (
     ENTRY_TOKEN, SEQUENCE, SEQUENCE_ID, StoreColumns, append_sql, bookkeeping_metadata, bookkeeping_of,
-    bookkeeping_sql, compact_rows_sql, key_range_sql, key_set_sql, map_conditions, sequence_sql, staged_sql,
+    compact_rows_sql, key_range_sql, key_set_sql, map_conditions, sequence_sql, staged_sql,
     union_sql,
 )
 from spark_ivm.runtime.run import RefreshRun, session_settings
 from spark_ivm.runtime.sqlgen import VALUE, Sources, quote, shared_products, statement_sql, with_shared
+from spark_ivm.runtime.view_work import (
+    FullRefreshNeeded, ViewRefresh, applied_versions, check_source, map_references, maps_read, ordered_tables,
+    progress_rows, refresh_failure, relations_of, statements_of,
+)
 from spark_ivm.runtime.viewsql import PROPERTY_MAPS, map_columns, view_maps
 
 log = logging.getLogger("spark_ivm")
@@ -73,38 +76,6 @@ def crash_point(step: str) -> None:
 
 class StaleEntry(Exception):
     """A cached catalog entry no longer describes the view in its store."""
-
-
-class FullRefreshNeeded(RefreshError):
-    """A view's changes cannot be applied, but recomputing its maps brings it up to date (`reason`)."""
-
-    def __init__(self, message: str, view: str, reason: str):
-        super().__init__(message)
-        self.view = view
-        self.reason = reason
-
-
-@dataclass
-class ViewRefresh:
-    """One view's part of a refresh: the source versions it starts from and goes to, the sources that
-    changed (in trigger order), and what its steps have produced so far."""
-    entry: object  # engine.ViewEntry
-    applied: dict[str, int]
-    targets: dict[str, int]
-    changed: list[str]
-    versions: dict[str, int] = field(default_factory=dict)  # the version of each source the next step sees
-    pending: dict[str, list[str]] = field(default_factory=dict)  # map -> increments of earlier steps
-    increments: list[str] = field(default_factory=list)  # store-shaped rows to write
-    bounds: dict[str, str | None] = field(default_factory=dict)  # map -> the rows its reads need (map_bounds)
-    view: dict = field(default_factory=dict)  # the user's view as the catalog had it (ViewForms.current)
-    policy: str = ""  # why the view is refreshed incrementally, for REFRESH to report
-
-    def __post_init__(self):
-        self.versions = dict(self.applied)
-
-    def batch_key(self, table: str) -> tuple[str, int, int]:
-        """The changed source's batch: (table, first version, last version) to apply."""
-        return table, self.applied[table] + 1, self.targets[table]
 
 
 def sources(run: RefreshRun, relation_tables, source_columns, versions, layout, deltas=None, pending=None,
@@ -424,7 +395,7 @@ class StoreRefresh:
             if len(parts) > 1:
                 for entry, sql in parts:
                     _attributed(entry, lambda: run.checkpoint(sql, step="triggers", always=always))
-            raise _refresh_failure(parts[0][0], exc) from exc
+            raise refresh_failure(parts[0][0], exc) from exc
 
     # -- the commit and the views --------------------------------------------------------------------------
     def _write(self, run: RefreshRun, store: TableSnapshot, store_columns: StoreColumns, staged: str,
@@ -464,7 +435,7 @@ class StoreRefresh:
         except ConcurrentCommitError:
             raise
         except Exception as exc:
-            raise _refresh_failure(work[0].entry, exc) from exc
+            raise refresh_failure(work[0].entry, exc) from exc
         if collected is None:
             return written, staged, None
         increments = {}
@@ -562,71 +533,12 @@ def _attributed(entry, compute):
     except IVMError:
         raise
     except Exception as exc:
-        raise _refresh_failure(entry, exc) from exc
-
-
-def progress_rows(spark, store: str) -> dict[int, dict[str, int]]:
-    """Bookkeeping id -> {src: latest value}: per view (progress id), the last version applied of each
-    source table and its entry token; the store's sequence number under SEQUENCE_ID. `store` may be
-    any table expression of the store's rows."""
-    progress: dict[int, dict[str, int]] = {}
-    for r in spark.sql(bookkeeping_sql(store)).collect():
-        progress.setdefault(r["map_id"], {})[r["src"]] = r["src_version"]
-    return progress
-
-
-def applied_versions(entry, progress: dict[int, dict[str, int]]) -> dict[str, int]:
-    applied = {t: v for t, v in progress.get(entry.layout.progress_id, {}).items() if t != ENTRY_TOKEN}
-    missing = [t for t in entry.sources.values() if t not in applied]
-    if missing:
-        raise RefreshError(f"view {entry.name} has no recorded progress for {missing[0]}; "
-                           f"run REFRESH INCREMENTAL VIEW {entry.name} FULL")
-    return applied
-
-
-def check_source(entry, table: str, run: RefreshRun, applied: dict[str, int]) -> None:
-    """Raise RefreshError, naming the way out, if a source table can no longer feed the view incrementally:
-    gone, replaced by another table of the same name, or with other columns."""
-    now = run.columns(table)
-    if now is None:
-        raise RefreshError(f"source table {table} of view {entry.name} no longer exists")
-    snapshot = run.snapshots.get(table)
-    recorded = getattr(entry, "source_ids", {}).get(table)
-    replaced = (snapshot is not None and recorded is not None and snapshot.table_id != recorded) \
-        or run.version(table) < applied[table]
-    if replaced:
-        raise FullRefreshNeeded(
-            f"source table {table} of view {entry.name} was dropped and created again since the view was "
-            f"built (it is another Delta table now); its changes since then cannot be read: run REFRESH "
-            f"INCREMENTAL VIEW {entry.name} FULL to rebuild the view from it", entry.name,
-            f"source table {table} was dropped and created again")
-    # Columns added after the view's are no concern of the view: its SQL names the columns it reads.
-    was = entry.source_columns[table]
-    if now[:len(was)] != was:
-        now_types = dict(map(tuple, now))
-        changed = next(((c, t) for c, t in was if now_types.get(c) != t), None)
-        what = ("its columns are in another order" if changed is None
-                else f"column {changed[0]} is now of type {now_types[changed[0]]}, was {changed[1]}"
-                if changed[0] in now_types else f"column {changed[0]} ({changed[1]}) is gone or renamed")
-        raise RefreshError(
-            f"the columns of source table {table} changed since view {entry.name} was built: {what} "
-            f"(was {was}, now {now}); run REFRESH INCREMENTAL VIEW {entry.name} FULL to rebuild it")
+        raise refresh_failure(entry, exc) from exc
 
 
 def _stats(entry, status, versions, rows, started) -> dict:
     return {"view": entry.name, "status": status, "versions": versions, "rows_written": rows,
             "seconds": time.perf_counter() - started}
-
-
-def _refresh_failure(entry, exc: Exception) -> Exception:
-    text = str(exc)
-    if any(k in text for k in ("DELTA_CHANGE_DATA_FEED", "ChangeDataFeed", "FileNotFound", "VersionNotFound",
-                               "DELTA_MISSING_CHANGE_DATA", "change data")):
-        return FullRefreshNeeded(
-            f"the change data feed of a source of {entry.name} no longer covers the versions to apply "
-            f"({text.strip().splitlines()[0][:300]}); run REFRESH INCREMENTAL VIEW {entry.name} FULL", entry.name,
-            "the change data feed no longer covers the versions to apply")
-    return exc
 
 
 def _progress_after(progress: dict[int, dict[str, int]], work: list[ViewRefresh], sequence: int):
@@ -636,41 +548,6 @@ def _progress_after(progress: dict[int, dict[str, int]], work: list[ViewRefresh]
         after.setdefault(w.entry.layout.progress_id, {}).update(w.targets)
     after[SEQUENCE_ID] = {SEQUENCE: sequence}
     return after
-
-
-def relations_of(entry, table: str) -> list[str]:
-    """The plan's relations that are the source table (a self-join reads one table as several)."""
-    return [r for r, t in entry.sources.items() if t == table]
-
-
-def statements_of(w: ViewRefresh, table: str | None = None) -> list:
-    """The trigger statements a refresh runs for one changed source of the view, or for all of them."""
-    plan = w.entry.plan
-    return [s for t in ([table] if table else w.changed) for rel in relations_of(w.entry, t)
-            if plan.trigger(rel) for s in plan.trigger(rel).statements]
-
-
-def map_references(w: ViewRefresh, table: str) -> list[tuple[str, tuple[tuple[str, str], ...]]]:
-    """The map references of the statements a refresh runs for one changed source of the view, each as
-    (map, ((store key column, batch column), …)) for the keys the source's batch fixes (map_key_bindings).
-    A re-evaluation (:=) also reads its map's old contents, all of them."""
-    entry, layout = w.entry, w.entry.layout
-    refs = []
-    for s in statements_of(w, table):
-        for name, fixed in map_key_bindings(s.expr) + ([(s.target, ())] if s.op == ":=" else []):
-            keys = layout.map(name).keys
-            refs.append((name, tuple((layout.key_column(keys[k]), entry.source_columns[table][position][0])
-                                     for k, _, position in fixed)))
-    return refs
-
-
-def maps_read(statement) -> tuple[str, ...]:
-    """The maps a statement reads: those its expression refers to, and a re-evaluated map's old contents."""
-    return map_names(statement.expr) + ((statement.target,) if statement.op == ":=" else ())
-
-
-def ordered_tables(entry) -> list[str]:
-    return list(dict.fromkeys(entry.sources[t.relation] for t in entry.plan.triggers))
 
 
 INTEGRAL_TYPES = ("bigint", "int", "smallint", "tinyint")
