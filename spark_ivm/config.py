@@ -59,9 +59,9 @@ INLINE_ROWS = Setting(
     "runs no Spark job; 0: every view reads its map store.", minimum=0)
 
 FULL_REFRESH_PERCENT = Setting(
-    "spark.ivm.fullRefreshPercent", 50,
+    "spark.ivm.fullRefreshPercent", 100,
     "Under a view's `auto` refresh policy, a REFRESH recomputes the view's maps instead of applying a batch "
-    "that is at least this percent of its source table (and at least heuristics.FULL_REFRESH_MIN_BYTES); "
-    "0: never.", minimum=0)
+    "whose changed rows take at least this percent of its source table's bytes now (and at least "
+    "heuristics.FULL_REFRESH_MIN_BYTES); 0: never.", minimum=0)
 
 SETTINGS = (CATALOG, COMPACT_EVERY, CODEGEN, PLAN, INLINE_ROWS, FULL_REFRESH_PERCENT)

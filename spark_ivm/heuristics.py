@@ -211,12 +211,13 @@ def collects_increments(maps_inline: list[bool]) -> bool:
     return bool(maps_inline) and all(maps_inline)
 
 
-# A refresh under the `auto` policy recomputes a view's maps instead of applying its batches when a batch
-# is at least this share of its source (spark.ivm.fullRefreshPercent) and at least this large: applying a
-# batch costs about what running the view's queries over as many rows does, and recomputing is running
-# them over the whole source (and writing every map again). Below the size, either takes little more than
-# a refresh's fixed steps.
-FULL_REFRESH_PERCENT = 50
+# A refresh under the `auto` policy recomputes a view's maps instead of applying its batches when a batch's
+# changed rows take at least this share of its source's bytes as they are now (spark.ivm.fullRefreshPercent)
+# and at least this many bytes. Applying a batch costs about what running the view's statements over as
+# many rows does; recomputing costs what CREATE does, several times the query itself, so that applying even
+# a batch as large as the table wins for most views: the share is reached by a source overwritten, emptied
+# and loaded again, or mostly deleted. Below the size either takes little more than a refresh's fixed steps.
+FULL_REFRESH_PERCENT = 100
 FULL_REFRESH_MIN_BYTES = 16 * 1024 * 1024
 
 
@@ -229,11 +230,10 @@ class Batch:
 
     @property
     def share(self) -> float | None:
-        """The batch's share of its source (the larger of the table now and the changed rows: a source
-        emptied is all change)."""
+        """The batch's bytes over the table's now (infinite for a source emptied)."""
         if self.bytes is None or self.table_bytes is None:
             return None
-        return self.bytes / max(self.table_bytes, self.bytes, 1)
+        return self.bytes / self.table_bytes if self.table_bytes else float("inf") if self.bytes else 0.0
 
 
 def refresh_fully(batches: list[Batch], percent: int = FULL_REFRESH_PERCENT,
@@ -245,7 +245,8 @@ def refresh_fully(batches: list[Batch], percent: int = FULL_REFRESH_PERCENT,
     if not known:
         return False, "auto: the batches' sizes are not known"
     largest = max(known, key=lambda b: (b.share, b.bytes))
-    share = f"{largest.share:.1%} of {largest.table} ({_size(largest.bytes)})"
+    share = ("all" if largest.share == float("inf") else f"{largest.share:.1%}") + \
+        f" of {largest.table} ({_size(largest.bytes)})"
     if percent and largest.share * 100 >= percent and largest.bytes >= min_bytes:
         return True, f"auto: the batch is {share}, at least {percent}%"
     return False, f"auto: the largest batch is {share}" + (f", under {percent}%" if percent else "")

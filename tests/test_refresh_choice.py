@@ -59,13 +59,13 @@ def ivm(spark, fresh_db, monkeypatch):
 def test_auto_applies_small_batches_and_recomputes_large_ones(ivm):
     spark, rng = ivm, random.Random(1)
     spark.sql(f"CREATE INCREMENTAL VIEW rv AS {QUERY}")
-    insert(spark, rng, 8)  # a few % of src, with a file's fixed bytes
+    insert(spark, rng, 8)  # a few % of src's bytes, with a file's fixed ones
     small = refresh(spark)
     assert small["status"] == "refreshed", small
     assert small["policy"].startswith("incremental (auto: the largest batch is") and "under 40%" in small["policy"]
     assert_view_is_query(spark)
 
-    insert(spark, rng, 6000)  # more than the table held
+    insert(spark, rng, 6000)  # more than the table held: over 40% of it after
     large = refresh(spark)
     assert large["status"] == "rebuilt", large
     assert large["policy"].startswith("full (auto: the batch is") and "src" in large["policy"], large["policy"]
@@ -94,12 +94,13 @@ def test_incremental_and_full_policies_of_views_of_one_store_and_once(ivm):
         "refreshed", "incremental (incremental: the view's refresh policy)")
     assert (got["fv"]["status"], got["fv"]["policy"]) == ("rebuilt", "full (full: the view's refresh policy)")
     assert got["av"]["status"] == "rebuilt"  # auto: the batch is more than the table held
-    insert(spark, rng, 6000)
-    once = refresh(spark, "av", "INCREMENTAL")
-    assert (once["status"], once["policy"]) == ("refreshed", "incremental (incremental: REFRESH … INCREMENTAL)")
     for view, query in (("rv", QUERY), ("fv", other), ("av", other)):
         assert_view_is_query(spark, view, query)
     assert refresh(spark, "fv")["status"] == "up to date"  # nothing changed since: nothing recomputed
+    insert(spark, rng, 6000)
+    once = refresh(spark, "av", "INCREMENTAL")
+    assert (once["status"], once["policy"]) == ("refreshed", "incremental (incremental: REFRESH … INCREMENTAL)")
+    assert_view_is_query(spark, "av", other)
     insert(spark, rng, 4)
     assert refresh(spark, "rv", "FULL")["policy"] == "full (REFRESH … FULL)"
     assert refresh(spark, "fv")["status"] == "rebuilt"
@@ -143,11 +144,12 @@ def test_auto_rebuilds_a_view_whose_change_feed_was_vacuumed(ivm):
 # -- the choice itself, without Spark -----------------------------------------------------------------------
 def test_the_share_of_the_largest_batch_decides():
     mb = 1024 * 1024
-    full, why = refresh_fully([Batch("db.a", 30 * mb, 100 * mb), Batch("db.b", 90 * mb, 100 * mb)], 50, 16 * mb)
-    assert full and why == "auto: the batch is 90.0% of db.b (90.0 MB), at least 50%"
-    full, why = refresh_fully([Batch("db.a", 30 * mb, 100 * mb)], 50, 16 * mb)
-    assert not full and why == "auto: the largest batch is 30.0% of db.a (30.0 MB), under 50%"
-    assert not refresh_fully([Batch("db.a", 8 * mb, 10 * mb)], 50, 16 * mb)[0]  # too small to matter
-    assert refresh_fully([Batch("db.a", 20 * mb, 0)], 50, 16 * mb)[0]  # the source emptied: all of it changed
-    assert not refresh_fully([Batch("db.a", 90 * mb, 100 * mb)], 0, 0)[0]  # 0: never
-    assert refresh_fully([Batch("db.a", None, 100 * mb)], 50, 0) == (False, "auto: the batches' sizes are not known")
+    full, why = refresh_fully([Batch("db.a", 30 * mb, 100 * mb), Batch("db.b", 120 * mb, 60 * mb)], 100, 16 * mb)
+    assert full and why == "auto: the batch is 200.0% of db.b (120.0 MB), at least 100%"
+    full, why = refresh_fully([Batch("db.a", 30 * mb, 100 * mb)], 100, 16 * mb)
+    assert not full and why == "auto: the largest batch is 30.0% of db.a (30.0 MB), under 100%"
+    assert not refresh_fully([Batch("db.a", 8 * mb, 4 * mb)], 100, 16 * mb)[0]  # too small to matter
+    full, why = refresh_fully([Batch("db.a", 20 * mb, 0)], 100, 16 * mb)  # the source emptied
+    assert full and why == "auto: the batch is all of db.a (20.0 MB), at least 100%"
+    assert not refresh_fully([Batch("db.a", 900 * mb, 100 * mb)], 0, 0)[0]  # 0: never
+    assert refresh_fully([Batch("db.a", None, 100 * mb)], 100, 0) == (False, "auto: the batches' sizes are not known")
