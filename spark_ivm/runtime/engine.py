@@ -18,7 +18,7 @@ from spark_ivm import config, udfs
 from spark_ivm.calculus.analysis import map_names
 from spark_ivm.calculus.expressions import Rel
 from spark_ivm.calculus.printer import to_text
-from spark_ivm.compiler.plan import Plan
+from spark_ivm.compiler.plan import Plan, Statement
 from spark_ivm.compiler.viewlet import compile_query
 from spark_ivm.errors import (
     CatalogEntryError, InvalidQueryError, IVMError, ParseError, UnknownTableError, UnknownViewError, UnsupportedQueryError,
@@ -29,6 +29,7 @@ from spark_ivm.heuristics import default_depth_plan, reads_source_once
 from spark_ivm.runtime import sources as source_tables
 from spark_ivm.runtime.catalog_format import ViewEntry, entry_from_json, entry_to_json
 from spark_ivm.runtime.deltalog import DeltaLogs
+from spark_ivm.runtime.fused import Fused, fuse, fused_sql
 from spark_ivm.runtime.mapstore import (
     ENTRY_TOKEN, SEQUENCE, SEQUENCE_ID, StoreColumns, StoredMap, StoreLayout, bookkeeping_metadata, key_column, live_rows_sql,
     ordered_rows_sql, sequence_sql,
@@ -310,24 +311,31 @@ class Engine:
         """Compute the maps from the sources as of `versions` into the store, and write the user's view; the
         view's entry."""
         maps_from = sources(run, relation_tables, source_columns, versions, None)
+        # Maps that sum different values over the same product per the same keys (a view's SUMs and
+        # COUNTs) are computed by one aggregation, as a trigger's statements are: one scan of their
+        # sources instead of one per map. Each query: (its maps, its SQL).
+        queries = [(item.targets, fused_sql(item, maps_from)) if isinstance(item, Fused)
+                   else ((item.target,), statement_sql(item.expr, item.keys, maps_from))
+                   for item in fuse([Statement(m.name, m.keys, "+=", m.definition) for m in plan.maps])]
         # The SQL is made here, in this thread (it registers the pinned source views); only Spark's
-        # analysis of each map's query, for its types, runs in parallel.
-        definitions = [statement_sql(m.definition, m.keys, maps_from) for m in plan.maps]
-        schemas = parallel(self.spark, lambda sql: self.spark.sql(sql).schema.fields, definitions)
+        # analysis of each query, for its types, runs in parallel.
+        schemas = parallel(self.spark, lambda query: self.spark.sql(query[1]).schema.fields, queries)
         key_types: dict[str, str] = {}
         value_types = {}
-        for m, schema in zip(plan.maps, schemas):
+        for (maps, _), schema in zip(queries, schemas):
             fields = {f.name: f.dataType.simpleString() for f in schema}
-            for k in m.keys:
-                key_types.setdefault(k, fields[k])
-            value_types[m.name] = _value_type(fields[VALUE])
+            for i, map_name in enumerate(maps):
+                for k in plan.map(map_name).keys:
+                    key_types.setdefault(k, fields[k])
+                value_types[map_name] = _value_type(fields[VALUE if len(maps) == 1 else f"{VALUE}{i}"])
         layout = self._allocate(store, name, plan, key_types, value_types, entries)
         new_store = not self.spark.catalog.tableExists(store)
         store_columns = layout.columns if new_store else self._extend_store(store, layout)
         token = uuid.uuid4().int >> 66  # 62 bits: a positive BIGINT
         progress = {**versions, ENTRY_TOKEN: token}
         rows = " UNION ALL ".join(
-            [layout.rows_sql(m.name, sql, store_columns) for m, sql in zip(plan.maps, definitions)]
+            [layout.rows_sql(maps[0], sql, store_columns) if len(maps) == 1
+             else layout.fused_rows_sql(maps, sql, store_columns, live=True) for maps, sql in queries]
             + [layout.progress_sql(progress, store_columns)]
             + ([sequence_sql(0, store_columns)] if new_store else []))
         rows = ordered_rows_sql(rows, store_columns)

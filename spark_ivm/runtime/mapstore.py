@@ -150,9 +150,10 @@ class StoreLayout:
                 cols.append(f"CAST({own.get(col, 'NULL')} AS {type_sql}) AS {col}")
         return f"SELECT {', '.join(cols)} FROM ({increments_sql}) AS inc"
 
-    def fused_rows_sql(self, targets, sums_sql: str, store: StoreColumns | None = None) -> str:
+    def fused_rows_sql(self, targets, sums_sql: str, store: StoreColumns | None = None, live: bool = False) -> str:
         """Rows of the store's shape from `sums_sql` (key columns named by the maps' keys, then `__v0`,
-        `__v1`, …: the increments of targets[0], targets[1], …): a row per target map and key."""
+        `__v1`, …: the increments of targets[0], targets[1], …): a row per target map and key; with `live`
+        only those whose value is neither 0 nor NULL (a map's contents, not increments to be summed)."""
         store = store or self.columns
         rows = []
         for i, name in enumerate(targets):
@@ -162,7 +163,12 @@ class StoreLayout:
             rows += [str(m.map_id) if col == "map_id" else f"CAST({own.get(col, 'NULL')} AS {type_sql})"
                      for col, type_sql in store.columns]
         names = ", ".join(col for col, _ in store.columns)
-        return f"SELECT stack({len(targets)}, {', '.join(rows)}) AS ({names}) FROM ({sums_sql}) AS f"
+        stacked = f"SELECT stack({len(targets)}, {', '.join(rows)}) AS ({names}) FROM ({sums_sql}) AS f"
+        if not live:
+            return stacked
+        # A row holds its map's value in the map's value column and NULL in the others.
+        values = " OR ".join(f"COALESCE({c}, 0) <> 0" for c, _ in store.values)
+        return f"SELECT * FROM ({stacked}) AS s WHERE {values}"
 
     def progress_sql(self, versions: dict[str, int], store: StoreColumns | None = None) -> str:
         """Progress rows: per source, the last version applied (or, for ENTRY_TOKEN, the entry's token)."""
