@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import random
 from collections import Counter
-from pathlib import Path
 
 import pytest
+from conftest import vacuum_change_feed
 
 import spark_ivm
 from spark_ivm import heuristics
@@ -124,16 +124,7 @@ def test_auto_rebuilds_a_view_whose_change_feed_was_vacuumed(ivm):
     spark = ivm
     spark.sql(f"CREATE INCREMENTAL VIEW rv AS {QUERY}")
     spark.sql("UPDATE src SET v = 10 WHERE g = 1")  # change rows go to _change_data files
-    key = "spark.databricks.delta.retentionDurationCheck.enabled"
-    spark.conf.set(key, "false")
-    try:
-        spark.sql("VACUUM src RETAIN 0 HOURS")
-    finally:
-        spark.conf.unset(key)
-    location = spark.sql("DESCRIBE DETAIL src").collect()[0]["location"].removeprefix("file:")
-    cdc = Path(location) / "_change_data"
-    if cdc.exists() and any(p.is_file() for p in cdc.rglob("*")):
-        pytest.skip("VACUUM kept the change data files; cannot produce a vacuumed change feed cheaply")
+    vacuum_change_feed(spark, "src")
     spark.conf.set("spark.ivm.fullRefreshPercent", "0")  # not recomputed for the batch's size
     result = refresh(spark)
     assert (result["status"], result["policy"]) == (

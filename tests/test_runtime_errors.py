@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from conftest import vacuum_change_feed
 
 # End-to-end (see pyproject.toml): part of ./build.sh test; all runtime suites: ./build.sh test -m runtime
 pytestmark = pytest.mark.runtime
@@ -332,16 +333,7 @@ def test_refresh_after_change_feed_was_vacuumed_is_refused_under_incremental(ivm
     query = "SELECT g, SUM(v) AS s FROM f GROUP BY g"
     spark.sql(f"CREATE INCREMENTAL VIEW fv WITH (refresh = 'incremental') AS {query}")
     spark.sql("UPDATE f SET v = 10 WHERE g = 'a'")  # change rows go to _change_data files
-    key = "spark.databricks.delta.retentionDurationCheck.enabled"
-    spark.conf.set(key, "false")
-    try:
-        spark.sql("VACUUM f RETAIN 0 HOURS")
-    finally:
-        spark.conf.unset(key)
-    location = spark.sql("DESCRIBE DETAIL f").collect()[0]["location"].removeprefix("file:")
-    cdc = Path(location) / "_change_data"
-    if cdc.exists() and any(p.is_file() for p in cdc.rglob("*")):
-        pytest.skip("VACUUM kept the change data files; cannot produce a vacuumed change feed cheaply")
+    vacuum_change_feed(spark, "f")
 
     with pytest.raises(RefreshError) as info:
         spark.sql("REFRESH INCREMENTAL VIEW fv")
