@@ -28,13 +28,14 @@ from spark_ivm.printer import to_text
 from spark_ivm.runtime import sources as source_tables
 from spark_ivm.runtime.catalog_format import ViewEntry, entry_from_json, entry_to_json
 from spark_ivm.runtime.deltalog import DeltaLogs
+from spark_ivm.runtime.locks import StatementLocks
 from spark_ivm.runtime.mapstore import (
     ENTRY_TOKEN, SEQUENCE, SEQUENCE_ID, StoreColumns, StoredMap, StoreLayout, bookkeeping_metadata, key_column, live_rows_sql,
     ordered_rows_sql, sequence_sql,
 )
 from spark_ivm.runtime.publish import ViewForms
 from spark_ivm.runtime.refresh import (
-    STORE_WRITE_SETTINGS, INTEGRAL_TYPES, StaleEntry, StoreRefresh, applied_versions, progress_rows,
+    STORE_WRITE_SETTINGS, INTEGRAL_TYPES, StaleEntry, StoreRefresh, applied_versions, crash_point, progress_rows,
     shared_products_of, sources,
 )
 from spark_ivm.runtime.run import RefreshRun, parallel, session_settings
@@ -60,6 +61,8 @@ class Engine:
         self._cache: dict[str, ViewEntry] = {}
         self.logs = DeltaLogs(spark)
         self.forms = ViewForms(spark, self.logs)
+        # CREATE, DROP and REFRESH … FULL of a view wait for its refreshes in other threads, and they for them.
+        self.locks = StatementLocks()
         # Every catalog entry, in creation order, as of the catalog's commit (table, version, user metadata)
         # they were read at, or the commit this engine's own append of an entry must have made. While that
         # commit is the catalog's latest, listing the views costs one look at its log instead of a read of
@@ -217,17 +220,22 @@ class Engine:
     # -- CREATE --------------------------------------------------------------------------------------
     def create(self, stmt: CreateView) -> None:
         name = self.qualify(stmt.name)
+        store = self._store_name(name, stmt.options)
+        with self.locks.hold([name, store], exclusive=True):
+            self._create(stmt, name, store)
+
+    def _create(self, stmt: CreateView, name: str, store: str) -> None:
         entries = self._entries()
         if any(e.name == name for e in entries):
             if stmt.if_not_exists:
                 return
             raise ViewExistsError(f"incremental view {name} already exists")
-        store = self._store_name(name, stmt.options)
         for unreadable in self._unreadable.values():
             # The view exists, or its maps are in the store whose map ids the new view would be given:
             # the ids that view uses are unknown until it is dropped.
             if unreadable.view == name or unreadable.store == store:
                 raise unreadable
+        self._remove_leftovers(name, store, entries)
         if self.spark.catalog.tableExists(name):
             raise ViewExistsError(f"a table or view named {name} already exists")
         new_store = not self.spark.catalog.tableExists(store)
@@ -240,6 +248,31 @@ class Engine:
         except BaseException:
             self._remove_objects(name, store, keep_store=not new_store)
             raise
+
+    def _remove_leftovers(self, name: str, store: str, entries: list[ViewEntry]) -> None:
+        """Remove what a CREATE (or REFRESH … FULL and DROP after it) of the view that did not finish left
+        behind: a view definition of spark_ivm's without a catalog entry, a map store no catalog entry names,
+        rows of a shared store that belong to no view of it. Left there, they would block the CREATE, or the
+        maps computed now would be added to the dead one's."""
+        found = []
+        if self.spark.catalog.tableExists(name) and self.forms.current(name).get(PROPERTY_FORM):
+            self.spark.sql(f"DROP VIEW IF EXISTS {name}")
+            found.append(f"the view definition {name}")
+        if self._is_map_store(store):
+            members = self._store_members(store, entries)
+            if not members:
+                self.spark.sql(f"DROP TABLE IF EXISTS {store}")
+                found.append(f"the map store {store}")
+            else:
+                kept = ", ".join(map(str, [i for e in members for i in e.layout.map_ids] + [SEQUENCE_ID]))
+                if self.spark.sql(f"SELECT 1 FROM {store} WHERE map_id NOT IN ({kept}) LIMIT 1").collect():
+                    self.spark.sql(f"DELETE FROM {store} WHERE map_id NOT IN ({kept})")
+                    found.append(f"rows of the map store {store} that belong to none of its views")
+        if found:
+            message = (f"removing the leftovers of a CREATE of incremental view {name} that did not finish: "
+                       f"{', '.join(found)}")
+            log.warning(message)
+            print(f"spark_ivm: {message}")
 
     def _is_map_store(self, table: str) -> bool:
         if not self.spark.catalog.tableExists(table):
@@ -347,12 +380,14 @@ class Engine:
                     f"AS {rows}")
             else:
                 self.spark.sql(f"INSERT INTO {store} {rows}")
+        crash_point("build_after_store")
         entry = ViewEntry(name, sql, options, plan, layout, relation_tables, source_columns, output_types,
                           time.time(), self.spark.catalog.currentDatabase(), token)
         version = self.store_version(store)
         ids = ", ".join(str(m.map_id) for m in layout.maps)
         self.forms.publish(entry, version, f"SELECT * FROM {store} WHERE map_id IN ({ids})", current={},
                            retry=True)
+        crash_point("build_after_view")
         return entry
 
     def _allocate(self, store: str, name: str, plan: Plan, key_types: dict[str, str],
@@ -388,22 +423,26 @@ class Engine:
             self.spark.sql(f"ALTER TABLE {store} ADD COLUMNS ({', '.join(f'{c} {t}' for c, t in missing)})")
         return self.store_columns(store)
 
-    def store_columns(self, store: str) -> StoreColumns:
-        return StoreColumns(tuple((f.name, f.dataType.simpleString()) for f in self.spark.table(store).schema.fields))
-
-    def _remove_objects(self, name: str, store: str, keep_store: bool = False) -> None:
-        """Drop the view and its maps: the whole store when no other view uses it (unless keep_store),
-        else every row that belongs to no other view (also what a CREATE that failed half-way wrote)."""
-        statements = [f"DROP VIEW IF EXISTS {name}"]
+    def _store_removal(self, name: str, store: str, keep_store: bool = False) -> str:
+        """The statement that removes the view's maps: the store, or the rows no other view of it owns."""
         others = [i for e in self._store_members(store) if e.name != name for i in e.layout.map_ids]
         if others:
             # The sequence number stays with the store: it counts the store's refreshes, not the view's.
             others.append(SEQUENCE_ID)
         if others or keep_store:
             kept = f"map_id NOT IN ({', '.join(map(str, others))})" if others else "TRUE"
-            statements.append(f"DELETE FROM {store} WHERE {kept}")
-        else:
-            statements.append(f"DROP TABLE IF EXISTS {store}")
+            return f"DELETE FROM {store} WHERE {kept}"
+        return f"DROP TABLE IF EXISTS {store}"
+
+    def store_columns(self, store: str) -> StoreColumns:
+        return StoreColumns(tuple((f.name, f.dataType.simpleString()) for f in self.spark.table(store).schema.fields))
+
+    def _remove_objects(self, name: str, store: str, keep_store: bool = False, keep_view: bool = False) -> None:
+        """Drop the view and its maps: the whole store when no other view uses it (unless keep_store),
+        else every row that belongs to no other view (also what a CREATE that failed half-way wrote).
+        Failures are logged, not raised: this cleans up after another error."""
+        statements = [] if keep_view else [f"DROP VIEW IF EXISTS {name}"]
+        statements.append(self._store_removal(name, store, keep_store))
         for statement in statements:
             try:
                 self.spark.sql(statement)
@@ -412,20 +451,35 @@ class Engine:
 
     # -- REFRESH -------------------------------------------------------------------------------------
     def refresh(self, name: str, full: bool = False) -> dict:
-        if full:
-            return self._rebuild(self.entry(name, cached=False), time.perf_counter())
-        cached = self.qualify(name) in self._cache
-        try:
-            return StoreRefresh(self, [self.entry(name)], check_tokens=cached).run()[0]
-        except StaleEntry:
-            return StoreRefresh(self, [self.entry(name, cached=False)]).run()[0]
+        qualified = self.qualify(name)
+        cached = qualified in self._cache
+        # The entry as of before the wait is read again after it: a DROP or rebuild may have ended meanwhile.
+        with self.locks.hold([qualified, self.entry(name, cached=not full).store], exclusive=full):
+            if full:
+                return self._rebuild(self.entry(name, cached=False), time.perf_counter())
+            try:
+                return StoreRefresh(self, [self.entry(name)], check_tokens=cached).run()[0]
+            except StaleEntry:
+                return StoreRefresh(self, [self.entry(name, cached=False)]).run()[0]
 
     def refresh_all(self) -> list[dict]:
         """Every view, one commit per map store: views that share a store are refreshed atomically.
 
         A view whose catalog entry cannot be read fails the statement, after the others are refreshed."""
+        def names(entries):
+            return {n for e in entries for n in (e.name, e.store)}
+
+        wanted = names(self._ordered_entries())
+        while True:
+            with self.locks.hold(wanted):
+                ordered = self._ordered_entries()  # a view may have been created or dropped while this waited
+                if names(ordered) <= wanted:
+                    return self._refresh_all(ordered)
+            wanted |= names(ordered)
+
+    def _refresh_all(self, ordered: list[ViewEntry]) -> list[dict]:
         by_store: dict[str, list[ViewEntry]] = {}
-        for e in self._ordered_entries():
+        for e in ordered:
             by_store.setdefault(e.store, []).append(e)
         unreadable = list(self._unreadable.values())
         stats = []
@@ -443,7 +497,9 @@ class Engine:
         # Before anything is removed: a rebuild that cannot run must leave the view as it was.
         udfs.require(self.spark, udfs.plan_functions(entry.plan), view=entry.name)
         store = entry.store
-        self._remove_objects(entry.name, store)
+        # The user's view stays until the new one replaces it: in its rows form it shows its old rows meanwhile.
+        self._remove_objects(entry.name, store, keep_view=True)
+        crash_point("full_after_remove")
         # The definition's unqualified names mean what they meant at CREATE, whatever is current now.
         current = self.spark.catalog.currentDatabase()
         self.spark.catalog.setCurrentDatabase(getattr(entry, "database", "") or entry.name.split(".")[0])
@@ -459,23 +515,43 @@ class Engine:
 
     # -- DROP / SHOW / EXPLAIN -------------------------------------------------------------------------
     def drop(self, name: str, if_exists: bool = False) -> None:
+        # The name first, so that a CREATE of it in another thread ends before this looks for the view; then
+        # its store, which another view may share.
+        with self.locks.hold([self.qualify(name)], exclusive=True):
+            found = self._drop_target(name, if_exists)
+            if found is not None:
+                with self.locks.hold([n for n in found if n], exclusive=True):
+                    self._drop(*found)
+
+    def _drop_target(self, name: str, if_exists: bool) -> tuple[str, str | None] | None:
+        """The view and its map store (None: no map store to drop); None if there is no view and if_exists."""
         try:
             entry = self.entry(name, cached=False)
-            view, store = entry.name, entry.store
+            return entry.name, entry.store
         except UnknownViewError:
             if if_exists:
-                return
+                return None
             raise
         except CatalogEntryError as exc:
             # An entry this version cannot read still names its store (catalog_format); failing that, the
             # view has the store a view gets without WITH (store = …). Only a map store is dropped.
-            view, store = exc.view, exc.store or self._store_name(exc.view, {})
-            if not self._is_map_store(store):
-                store = None
-        if store is None:
-            self.spark.sql(f"DROP VIEW IF EXISTS {view}")
-        else:
-            self._remove_objects(view, store)
+            store = exc.store or self._store_name(exc.view, {})
+            return exc.view, store if self._is_map_store(store) else None
+
+    def _drop(self, view: str, store: str | None) -> None:
+        """Remove the maps, then the view's definition, then its catalog entry. Every step finds its part
+        gone if a DROP that died did it, and the entry goes last, so that DROP again finishes the job. The
+        definition goes after the maps: a refresh in another process that writes it after checks that its
+        store is still there (see publish.py)."""
+        steps = ([(self._store_removal(view, store), "drop_after_store")] if store else []) + [
+            (f"DROP VIEW IF EXISTS {view}", "drop_after_view")]
+        for statement, step in steps:
+            try:
+                self.spark.sql(statement)
+            except Exception as exc:
+                raise IVMError(f"DROP INCREMENTAL VIEW {view} did not finish ({_first_line(exc)}); "
+                               f"run it again") from exc
+            crash_point(step)
         self._delete_entry(view)
 
     def show(self):
@@ -557,6 +633,10 @@ def _query_schema(spark, sql: str):
         raise ParseError(message) from None
     except AnalysisException as exc:
         raise InvalidQueryError(f"Spark rejects the query: {str(exc).strip().splitlines()[0]}") from None
+
+
+def _first_line(exc: Exception) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
 
 
 def _schema_key(relation: str, qualified: dict[str, str]) -> str:

@@ -133,6 +133,7 @@ class StoreRefresh:
         self.entries = entries
         self.store = entries[0].store
         self.check_tokens = check_tokens  # the entries come from a cache: StaleEntry if the store disagrees
+        self.pinned = False  # whether the store existed when the refresh read its progress
 
     def run(self) -> list[dict]:
         """Refresh the views; their statistics, in order. A commit that loses a race with another refresh
@@ -146,7 +147,21 @@ class StoreRefresh:
                     raise RefreshError(f"the map store {self.store} of {self.entries[0].name} was written by "
                                        f"{ATTEMPTS} other refreshes while this one ran; try again") from None
                 log.info("the map store %s was written while a refresh ran; refreshing again", self.store)
+            except StaleEntry:
+                raise
+            except Exception as exc:
+                # A DROP or a rebuild of the view in another process removed the store under the refresh:
+                # say so, rather than what Spark or Delta failed at for want of its files.
+                if self.pinned and self.logs.available and self.logs.snapshot(self.store) is None:
+                    raise self.store_gone() from exc
+                raise
         raise AssertionError("unreachable")
+
+    def store_gone(self) -> RefreshError:
+        name = self.entries[0].name
+        return RefreshError(f"the map store {self.store} of view {name} was dropped while the refresh ran, by DROP "
+                            f"INCREMENTAL VIEW {name} or REFRESH INCREMENTAL VIEW {name} FULL in another session; "
+                            f"this refresh has no store to apply its changes to")
 
     def _attempt(self) -> list[dict]:
         started = time.perf_counter()
@@ -160,11 +175,17 @@ class StoreRefresh:
                 if self.check_tokens:  # e.g. the store was dropped by another process
                     raise StaleEntry() from None
                 raise
-            if self.check_tokens and any(
-                    progress.get(e.layout.progress_id, {}).get(ENTRY_TOKEN) != e.token for e in self.entries):
+            stale = [e for e in self.entries if progress.get(e.layout.progress_id, {}).get(ENTRY_TOKEN) != e.token]
+            if stale and self.check_tokens:
                 raise StaleEntry()
+            if stale:  # read from the catalog just now: the maps are another CREATE's or rebuild's
+                raise RefreshError(
+                    f"the map store {self.store} does not hold the maps of the catalog entry of view "
+                    f"{stale[0].name}: a CREATE or REFRESH … FULL of it did not finish; run REFRESH INCREMENTAL "
+                    f"VIEW {stale[0].name} FULL")
             sequence = progress.get(SEQUENCE_ID, {}).get(SEQUENCE, 0)
             run.pin_store(self.store, store.version, store)  # the maps are read as of the progress read
+            self.pinned = True
             crash_point("after_progress")
             with run.timed("look-ups"):
                 store_columns = StoreColumns(store.columns) if store.handle else self.engine.store_columns(self.store)
