@@ -20,6 +20,15 @@ round N) and prints ``CREATED <json>`` (the view and the query before that refre
 With ``--crash-at STEP`` either mode ends by running REFRESH with ``SPARK_IVM_CRASH_AT=STEP``: the
 runtime is expected to end the process with ``os._exit(17)``; if REFRESH returns instead, the worker
 prints ``REFRESHED <json>`` and exits 0 (the test then fails on the exit code).
+
+    python crash_worker.py WAREHOUSE ddl --stage N
+
+ddl: the chain of crashes inside CREATE, REFRESH … FULL, a compacting REFRESH and DROP (DDL_STAGES) on
+the view ``p.d``. Stage N > 0 first recovers from the crash of stage N - 1 with the statement a user
+would run next (CREATE again, REFRESH and if it asks for it REFRESH … FULL, REFRESH, DROP again) and
+prints what it found and did as ``RECOVERED <json>``; then it runs stage N's statement with
+``SPARK_IVM_CRASH_AT`` set (stage 0 creates the tables first). If that statement returns instead of
+crashing, it prints ``NOCRASH <json>`` and exits 0. The stage after the last only recovers.
 """
 
 from __future__ import annotations
@@ -89,6 +98,8 @@ def main(argv: list[str]) -> int:
 
     spark = spark_ivm.session(warehouse=warehouse, log_level="ERROR")
     spark_ivm.enable(spark)
+    if mode == "ddl":
+        return ddl(spark, warehouse, int(rest[rest.index("--stage") + 1]))
     out: dict = {}
     crash_at = rest[rest.index("--crash-at") + 1] if "--crash-at" in rest else None
     round_no = int(rest[rest.index("--round") + 1]) if "--round" in rest else 0
@@ -127,6 +138,120 @@ def main(argv: list[str]) -> int:
         os.environ.pop(CRASH_ENV, None)
     if mode == "setup":
         print("RESULT " + json.dumps({**out, **created}), flush=True)
+    spark.stop()
+    return 0
+
+
+# -- crashes inside CREATE, REFRESH … FULL, a compacting REFRESH and DROP -------------------------------
+DDL_VIEW = "d"
+DDL_STORE = f"{DDL_VIEW}__ivm_maps"
+# (the statement killed, the step it is killed at), in the order of the chain
+DDL_STAGES = [
+    ("create", "build_after_store"),  # the store written; no view definition, no catalog entry
+    ("create", "build_after_view"),  # the store and the view definition; no catalog entry
+    ("full", "full_after_remove"),  # the old maps and view definition removed; the old catalog entry
+    # (a FULL that dies at build_after_store leaves the same as at build_after_view, with the old definition)
+    ("full", "build_after_view"),  # the new store and view definition; the old catalog entry
+    ("compact", "after_write"),  # a refresh's compaction committed; the view definition not yet rewritten
+    ("drop", "drop_after_store"),  # the store dropped; the view definition and catalog entry left
+    ("drop", "drop_after_view"),  # the store and view definition dropped; the catalog entry left
+]
+
+
+def _failure(exc: BaseException) -> dict:
+    from spark_ivm.errors import IVMError
+
+    return {"error": type(exc).__name__, "ivm": isinstance(exc, IVMError), "message": str(exc)[:600]}
+
+
+def _attempt(what):
+    try:
+        return {"ok": what()}
+    except Exception as exc:  # recorded for the test to judge
+        return _failure(exc)
+
+
+def _parts(spark, warehouse: str) -> dict:
+    """Which parts of the view exist: catalog entry, store table, Spark view, store folder."""
+    engine = spark._spark_ivm_engine
+    catalog = engine.catalog_table
+    entries = [r["name"] for r in spark.sql(f"SELECT name FROM {catalog}").collect()] \
+        if spark.catalog.tableExists(catalog) else []
+    folder = os.path.join(warehouse, f"{DB}.db", DDL_STORE)
+    return {"entry": f"{DB}.{DDL_VIEW}" in entries, "store": spark.catalog.tableExists(f"{DB}.{DDL_STORE}"),
+            "view": spark.catalog.tableExists(f"{DB}.{DDL_VIEW}"), "folder": os.path.isdir(folder)}
+
+
+def _equal(spark) -> bool:
+    return rows(spark.table(DDL_VIEW)) == rows(spark.sql(QUERY))
+
+
+def _ddl_recover(spark, warehouse: str, kind: str, round_no: int) -> dict:
+    """The statements a user runs after a crash of `kind`, and what they gave."""
+    out: dict = {"found": _parts(spark, warehouse)}
+    out["view_before"] = _attempt(lambda: rows(spark.table(DDL_VIEW)))
+    out["query_before"] = rows(spark.sql(QUERY))
+    create = f"CREATE INCREMENTAL VIEW {DDL_VIEW} AS {QUERY}"
+    if kind == "create":
+        out["create"] = _attempt(lambda: spark.sql(create).collect()[0][0])
+    elif kind in ("full", "compact"):
+        out["refresh"] = _attempt(lambda: spark.sql(f"REFRESH INCREMENTAL VIEW {DDL_VIEW}").collect()[0]["status"])
+        if "error" in out["refresh"]:
+            out["full"] = _attempt(
+                lambda: spark.sql(f"REFRESH INCREMENTAL VIEW {DDL_VIEW} FULL").collect()[0]["status"])
+    elif kind == "drop":
+        out["drop"] = _attempt(lambda: spark.sql(f"DROP INCREMENTAL VIEW {DDL_VIEW}").collect()[0][0])
+        out["dropped"] = _parts(spark, warehouse)
+        out["create"] = _attempt(lambda: spark.sql(create).collect()[0][0])
+    out["equal"] = _attempt(lambda: _equal(spark))
+    # and the view goes on: a change, a refresh
+    for statement in changes(50 + round_no):
+        spark.sql(statement)
+    out["refresh_after"] = _attempt(lambda: spark.sql(f"REFRESH INCREMENTAL VIEW {DDL_VIEW}").collect()[0]["status"])
+    out["equal_after"] = _attempt(lambda: _equal(spark))
+    out["parts_after"] = _parts(spark, warehouse)
+    return out
+
+
+def ddl(spark, warehouse: str, stage: int) -> int:
+    if stage == 0:
+        spark.sql(f"CREATE DATABASE {DB}")
+    spark.sql(f"USE {DB}")
+    if stage == 0:
+        for s in SETUP:
+            spark.sql(s)
+    else:
+        kind, _ = DDL_STAGES[stage - 1]
+        print("RECOVERED " + json.dumps(_ddl_recover(spark, warehouse, kind, stage)), flush=True)
+    if stage == len(DDL_STAGES):
+        spark.stop()
+        return 0
+    kind, step = DDL_STAGES[stage]
+    exists = _parts(spark, warehouse)
+    if kind == "create" and exists["entry"]:
+        spark.sql(f"DROP INCREMENTAL VIEW {DDL_VIEW}")
+    elif kind != "create" and not exists["entry"]:
+        # the recovery above failed (its test fails): start this stage from a clean view
+        for statement in (f"DROP VIEW IF EXISTS {DDL_VIEW}", f"DROP TABLE IF EXISTS {DDL_STORE}"):
+            spark.sql(statement)
+        spark.sql(f"CREATE INCREMENTAL VIEW {DDL_VIEW} AS {QUERY}")
+        print("RESET {}", flush=True)
+    statement = {"create": f"CREATE INCREMENTAL VIEW {DDL_VIEW} AS {QUERY}",
+                 "full": f"REFRESH INCREMENTAL VIEW {DDL_VIEW} FULL",
+                 "compact": f"REFRESH INCREMENTAL VIEW {DDL_VIEW}",
+                 "drop": f"DROP INCREMENTAL VIEW {DDL_VIEW}"}[kind]
+    if kind in ("full", "compact"):
+        for s in changes(stage):
+            spark.sql(s)
+    if kind == "compact":
+        spark.conf.set("spark.ivm.compactEvery", "1")  # this refresh rewrites the store
+    # printed now: the crash below ends the process
+    print("BEFORE " + json.dumps({"view": _attempt(lambda: rows(spark.table(DDL_VIEW))),
+                                  "query": rows(spark.sql(QUERY))}), flush=True)
+    os.environ[CRASH_ENV] = step
+    result = _attempt(lambda: [list(r) for r in spark.sql(statement).collect()])
+    os.environ.pop(CRASH_ENV, None)
+    print("NOCRASH " + json.dumps(result, default=str), flush=True)
     spark.stop()
     return 0
 

@@ -15,6 +15,11 @@ one Spark process per step plus one, instead of two per step):
 3. and so on; the last process verifies the last step and exits 0.
 
 The chain runs once in a module fixture; every parametrized test checks its own step's outcome.
+
+A second chain (``crash_worker.py ddl --stage N``, on a warehouse of its own) kills CREATE, REFRESH … FULL,
+a compacting REFRESH and DROP at their crash points (``crash_worker.DDL_STAGES``; the points are
+``crash_point`` calls in engine.py and refresh.py), and checks that the statement a user would run next, in
+a new process, finishes the job: the view equals its query and refreshes on, or is gone entirely.
 Nothing here is skipped; the module carries the `runtime` marker (select it with `-m runtime`).
 """
 
@@ -33,6 +38,7 @@ import pytest
 pytestmark = pytest.mark.runtime
 
 import spark_ivm.runtime.refresh as refresh
+from crash_worker import DB, DDL_STAGES  # tests/ is on the path of its test modules
 
 WORKER = Path(__file__).with_name("crash_worker.py")
 TIMEOUT = 1200  # seconds per subprocess; a session start alone is ~15 s on an idle machine
@@ -130,3 +136,68 @@ def test_refresh_resumes_after_crash(step, pipelines):
     assert out["view_schema"] == out["query_schema"]
     assert out["view"] == out["query"]
     assert out["refresh2"] == {"status": "up to date", "rows_written": 0}
+
+
+# -- crashes inside CREATE, REFRESH … FULL, a compacting REFRESH and DROP -------------------------------
+# One more chain of processes on a warehouse of its own (crash_worker.py ddl): process N is killed inside
+# the statement of DDL_STAGES[N], process N + 1 runs the statement a user would run next and goes on to
+# be killed at the next stage.
+
+@pytest.fixture(scope="module")
+def ddl_chain(tmp_path_factory) -> list[Run]:
+    warehouse = tmp_path_factory.mktemp("crash_ddl") / "wh"
+    chain = [run_worker(warehouse, "ddl", "--stage", "0")]
+    for stage in range(1, len(DDL_STAGES) + 1):
+        if chain[-1].proc.returncode != 17:  # the chain is broken: the later stages fail
+            break
+        chain.append(run_worker(warehouse, "ddl", "--stage", str(stage)))
+    return chain
+
+
+@pytest.mark.parametrize("stage", range(len(DDL_STAGES)), ids=[f"{k}-{s}" for k, s in DDL_STAGES])
+def test_statement_killed_inside_is_finished_by_the_next(stage, ddl_chain):
+    kind, step = DDL_STAGES[stage]
+    assert len(ddl_chain) > stage, "an earlier process of the chain did not crash" + ddl_chain[-1].log()
+    crashed = ddl_chain[stage]
+    assert crashed.proc.returncode == 17, f"{kind} with SPARK_IVM_CRASH_AT={step} should exit with 17" + crashed.log()
+    assert crashed.found("NOCRASH") is None and crashed.found("RESET") is None, crashed.log()
+    before = crashed.found("BEFORE")
+    assert len(ddl_chain) > stage + 1, crashed.log()
+    recovered = ddl_chain[stage + 1]
+    out = recovered.found("RECOVERED")
+    assert out is not None, recovered.log()
+    assert recovered.proc.returncode in (0, 17), recovered.log()
+    found = out["found"]
+
+    if kind == "create":
+        # The CREATE left a store (and a view definition) without a catalog entry; CREATE again removes
+        # them, says so, and makes the view afresh: its maps are not added to the dead CREATE's.
+        assert not found["entry"] and found["store"] and found["view"] == (step == "build_after_view"), out
+        assert "ok" in out["create"], out["create"]
+        assert "leftovers of a CREATE" in recovered.proc.stdout, recovered.log()
+    elif kind == "full":
+        assert found["entry"], out
+        # The view definition stays readable through a rebuild: its old rows, or once rewritten the new ones.
+        assert out["view_before"].get("ok") in (before["view"]["ok"], out["query_before"]), out["view_before"]
+        refresh = out["refresh"]
+        if "error" in refresh:  # the maps are gone or not the catalog entry's: an error asking for FULL
+            assert refresh["ivm"] and "FULL" in refresh["message"] and f"{DB}.d" in refresh["message"], refresh
+            assert out["full"] == {"ok": "rebuilt"}, out
+        else:
+            assert refresh["ok"] in ("refreshed", "up to date"), refresh
+    elif kind == "compact":
+        assert found == {"entry": True, "store": True, "view": True, "folder": True}, out
+        # committed before the crash: the view shows the store before or after it, and nothing is applied twice
+        assert out["view_before"]["ok"] in (before["view"]["ok"], before["query"]), out
+        assert out["refresh"] == {"ok": "up to date"}, out
+    elif kind == "drop":
+        assert found["entry"] and not found["store"] and found["view"] == (step == "drop_after_store"), out
+        assert out["drop"] == {"ok": f"dropped incremental view {DB}.d"}, out
+        assert out["dropped"] == {"entry": False, "store": False, "view": False, "folder": False}, out
+        assert "ok" in out["create"], out["create"]
+
+    # whatever the crash: the view equals its query, and goes on refreshing
+    assert out["equal"] == {"ok": True}, out
+    assert out["refresh_after"] == {"ok": "refreshed"}, out
+    assert out["equal_after"] == {"ok": True}, out
+    assert out["parts_after"] == {"entry": True, "store": True, "view": True, "folder": True}, out

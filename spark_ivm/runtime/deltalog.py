@@ -251,6 +251,7 @@ class DeltaLogs:
             if any(name in str(exc) for name in _CONFLICTS):
                 raise ConcurrentCommitError(
                     f"another commit to {snapshot.table} was made after version {snapshot.version}") from None
+            self._remove_orphans(snapshot, files)
             raise
         rows = 0
         added = files.iterator()
@@ -258,6 +259,25 @@ class DeltaLogs:
             stats = added.next().stats()
             rows += json.loads(stats)["numRecords"] if stats else 0
         return int(version), rows
+
+    def _remove_orphans(self, snapshot: TableSnapshot, files) -> None:
+        """After a commit failed: if the table's log is gone (the table was dropped while the write ran), delete
+        the files the write put in its folder, and the folder if that leaves it empty. Left there, they would
+        make a CREATE of a table of the same name fail on a folder that is not empty."""
+        jvm = self.spark._jvm
+        hadoop_path = jvm.org.apache.hadoop.fs.Path
+        try:
+            root = hadoop_path(snapshot.location)
+            fs = root.getFileSystem(self._js.sessionState().newHadoopConf())
+            if fs.exists(hadoop_path(root, "_delta_log")):
+                return
+            added = files.iterator()
+            while added.hasNext():
+                fs.delete(hadoop_path(root, hadoop_path(jvm.java.net.URI(added.next().path()))), False)
+            if fs.exists(root) and len(fs.listStatus(root)) == 0:
+                fs.delete(root, False)
+        except Exception as exc:  # the commit's own error is the one to report
+            log.warning("could not remove the files of a failed write to %s: %s", snapshot.table, exc)
 
 
 def _columns(schema_json: str) -> tuple[tuple[str, str], ...]:

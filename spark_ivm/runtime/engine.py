@@ -18,7 +18,6 @@ from spark_ivm import config, udfs
 from spark_ivm.calculus.analysis import map_names
 from spark_ivm.calculus.expressions import Rel
 from spark_ivm.calculus.printer import to_text
-from spark_ivm.compiler.plan import Plan, Statement
 from spark_ivm.compiler.viewlet import compile_query
 from spark_ivm.errors import (
     CatalogEntryError, InvalidQueryError, IVMError, ParseError, UnknownTableError, UnknownViewError, UnsupportedQueryError,
@@ -28,19 +27,15 @@ from spark_ivm.frontend.translate import translate
 from spark_ivm.heuristics import default_depth_plan, reads_source_once
 from spark_ivm.runtime import sources as source_tables
 from spark_ivm.runtime.catalog_format import ViewEntry, entry_from_json, entry_to_json
+from spark_ivm.runtime.build import write_maps
 from spark_ivm.runtime.deltalog import DeltaLogs
-from spark_ivm.runtime.fused import Fused, fuse, fused_sql
-from spark_ivm.runtime.mapstore import (
-    ENTRY_TOKEN, SEQUENCE, SEQUENCE_ID, StoreColumns, StoredMap, StoreLayout, bookkeeping_metadata, key_column, live_rows_sql,
-    ordered_rows_sql, sequence_sql,
-)
+from spark_ivm.runtime.locks import StatementLocks
+from spark_ivm.runtime.mapstore import SEQUENCE_ID, StoreColumns, live_rows_sql
 from spark_ivm.runtime.publish import ViewForms
-from spark_ivm.runtime.refresh import STORE_WRITE_SETTINGS, INTEGRAL_TYPES, StaleEntry, StoreRefresh, shared_products_of, sources
-from spark_ivm.runtime.run import RefreshRun, parallel, session_settings
-from spark_ivm.runtime.sqlgen import VALUE, literal_sql, quote, statement_sql
-from spark_ivm.runtime.statements import (
-    CreateView, DropView, ExplainView, RefreshAll, RefreshView, ShowViews,
-)
+from spark_ivm.runtime.refresh import StaleEntry, StoreRefresh, crash_point, shared_products_of
+from spark_ivm.runtime.run import RefreshRun, parallel
+from spark_ivm.runtime.sqlgen import literal_sql, quote
+from spark_ivm.runtime.statements import CreateView, DropView, ExplainView, RefreshAll, RefreshView, ShowViews
 from spark_ivm.runtime.view_work import applied_versions, progress_rows
 from spark_ivm.runtime.viewsql import PROPERTY_FORM, PROPERTY_VERSION, read_view_sql
 
@@ -59,6 +54,8 @@ class Engine:
         self._cache: dict[str, ViewEntry] = {}
         self.logs = DeltaLogs(spark)
         self.forms = ViewForms(spark, self.logs)
+        # CREATE, DROP and REFRESH … FULL of a view wait for its refreshes in other threads, and they for them.
+        self.locks = StatementLocks()
         # Every catalog entry, in creation order, as of the catalog's commit (table, version, user metadata)
         # they were read at, or the commit this engine's own append of an entry must have made. While that
         # commit is the catalog's latest, listing the views costs one look at its log instead of a read of
@@ -216,17 +213,22 @@ class Engine:
     # -- CREATE --------------------------------------------------------------------------------------
     def create(self, stmt: CreateView) -> None:
         name = self.qualify(stmt.name)
+        store = self._store_name(name, stmt.options)
+        with self.locks.hold([name, store], exclusive=True):
+            self._create(stmt, name, store)
+
+    def _create(self, stmt: CreateView, name: str, store: str) -> None:
         entries = self._entries()
         if any(e.name == name for e in entries):
             if stmt.if_not_exists:
                 return
             raise ViewExistsError(f"incremental view {name} already exists")
-        store = self._store_name(name, stmt.options)
         for unreadable in self._unreadable.values():
             # The view exists, or its maps are in the store whose map ids the new view would be given:
             # the ids that view uses are unknown until it is dropped.
             if unreadable.view == name or unreadable.store == store:
                 raise unreadable
+        self._remove_leftovers(name, store, entries)
         if self.spark.catalog.tableExists(name):
             raise ViewExistsError(f"a table or view named {name} already exists")
         new_store = not self.spark.catalog.tableExists(store)
@@ -239,6 +241,31 @@ class Engine:
         except BaseException:
             self._remove_objects(name, store, keep_store=not new_store)
             raise
+
+    def _remove_leftovers(self, name: str, store: str, entries: list[ViewEntry]) -> None:
+        """Remove what a CREATE (or REFRESH … FULL and DROP after it) of the view that did not finish left
+        behind: a view definition of spark_ivm's without a catalog entry, a map store no catalog entry names,
+        rows of a shared store that belong to no view of it. Left there, they would block the CREATE, or the
+        maps computed now would be added to the dead one's."""
+        found = []
+        if self.spark.catalog.tableExists(name) and self.forms.current(name).get(PROPERTY_FORM):
+            self.spark.sql(f"DROP VIEW IF EXISTS {name}")
+            found.append(f"the view definition {name}")
+        if self._is_map_store(store):
+            members = self._store_members(store, entries)
+            if not members:
+                self.spark.sql(f"DROP TABLE IF EXISTS {store}")
+                found.append(f"the map store {store}")
+            else:
+                kept = ", ".join(map(str, [i for e in members for i in e.layout.map_ids] + [SEQUENCE_ID]))
+                if self.spark.sql(f"SELECT 1 FROM {store} WHERE map_id NOT IN ({kept}) LIMIT 1").collect():
+                    self.spark.sql(f"DELETE FROM {store} WHERE map_id NOT IN ({kept})")
+                    found.append(f"rows of the map store {store} that belong to none of its views")
+        if found:
+            message = (f"removing the leftovers of a CREATE of incremental view {name} that did not finish: "
+                       f"{', '.join(found)}")
+            log.warning(message)
+            print(f"spark_ivm: {message}")
 
     def _is_map_store(self, table: str) -> bool:
         if not self.spark.catalog.tableExists(table):
@@ -301,115 +328,32 @@ class Engine:
             for table, (version, size, _) in looked_up.items():
                 if reads_source_once(references[table], size):
                     run.read_source_once(table, version)
-            entry = self._build_store(name, sql, options, store, plan, relation_tables, source_columns,
-                                      output_types, versions, run, entries)
+            members = [e for e in self._store_members(store, entries) if e.name != name]
+            entry = write_maps(self, name, sql, options, store, plan, relation_tables, source_columns,
+                               output_types, versions, run, members)
             entry.source_ids = ids
             return entry
 
-    def _build_store(self, name, sql, options, store, plan, relation_tables, source_columns, output_types,
-                     versions, run: RefreshRun, entries=None) -> ViewEntry:
-        """Compute the maps from the sources as of `versions` into the store, and write the user's view; the
-        view's entry."""
-        maps_from = sources(run, relation_tables, source_columns, versions, None)
-        # Maps that sum different values over the same product per the same keys (a view's SUMs and
-        # COUNTs) are computed by one aggregation, as a trigger's statements are: one scan of their
-        # sources instead of one per map. Each query: (its maps, its SQL).
-        queries = [(item.targets, fused_sql(item, maps_from)) if isinstance(item, Fused)
-                   else ((item.target,), statement_sql(item.expr, item.keys, maps_from))
-                   for item in fuse([Statement(m.name, m.keys, "+=", m.definition) for m in plan.maps])]
-        # The SQL is made here, in this thread (it registers the pinned source views); only Spark's
-        # analysis of each query, for its types, runs in parallel.
-        schemas = parallel(self.spark, lambda query: self.spark.sql(query[1]).schema.fields, queries)
-        key_types: dict[str, str] = {}
-        value_types = {}
-        for (maps, _), schema in zip(queries, schemas):
-            fields = {f.name: f.dataType.simpleString() for f in schema}
-            for i, map_name in enumerate(maps):
-                for k in plan.map(map_name).keys:
-                    key_types.setdefault(k, fields[k])
-                value_types[map_name] = _value_type(fields[VALUE if len(maps) == 1 else f"{VALUE}{i}"])
-        layout = self._allocate(store, name, plan, key_types, value_types, entries)
-        new_store = not self.spark.catalog.tableExists(store)
-        store_columns = layout.columns if new_store else self._extend_store(store, layout)
-        token = uuid.uuid4().int >> 66  # 62 bits: a positive BIGINT
-        progress = {**versions, ENTRY_TOKEN: token}
-        rows = " UNION ALL ".join(
-            [layout.rows_sql(maps[0], sql, store_columns) if len(maps) == 1
-             else layout.fused_rows_sql(maps, sql, store_columns, live=True) for maps, sql in queries]
-            + [layout.progress_sql(progress, store_columns)]
-            + ([sequence_sql(0, store_columns)] if new_store else []))
-        rows = ordered_rows_sql(rows, store_columns)
-        # A new store's bookkeeping is all in this commit, so its user metadata can say what it is (a shared
-        # store's first refresh reads the other views' bookkeeping from its rows).
-        settings = dict(STORE_WRITE_SETTINGS)
-        if new_store:
-            settings["spark.databricks.delta.commitInfo.userMetadata"] = bookkeeping_metadata(
-                {layout.progress_id: progress, SEQUENCE_ID: {SEQUENCE: 0}})
-        with session_settings(self.spark, settings):
-            if new_store:
-                self.spark.sql(
-                    f"CREATE TABLE {store} USING delta TBLPROPERTIES ('delta.enableDeletionVectors' = 'true', "
-                    f"'delta.enableChangeDataFeed' = 'false', 'delta.checkpointInterval' = '{STORE_CHECKPOINT_INTERVAL}') "
-                    f"AS {rows}")
-            else:
-                self.spark.sql(f"INSERT INTO {store} {rows}")
-        entry = ViewEntry(name, sql, options, plan, layout, relation_tables, source_columns, output_types,
-                          time.time(), self.spark.catalog.currentDatabase(), token)
-        version = self.store_version(store)
-        ids = ", ".join(str(m.map_id) for m in layout.maps)
-        self.forms.publish(entry, version, f"SELECT * FROM {store} WHERE map_id IN ({ids})", current={},
-                           retry=True)
-        return entry
-
-    def _allocate(self, store: str, name: str, plan: Plan, key_types: dict[str, str],
-                  value_types: dict[str, str], entries: list[ViewEntry] | None = None) -> StoreLayout:
-        """The view's place in its store: map ids and a progress id no other view of the store uses, and
-        a store column per key variable (`k_<var>`, or `k_<var>_<type>` if another view has `k_<var>`
-        with another type)."""
-        members = [e for e in self._store_members(store, entries) if e.name != name]
-        taken = {}
-        if self.spark.catalog.tableExists(store):
-            taken = {f.name: f.dataType.simpleString() for f in self.spark.table(store).schema.fields}
-        first_id = max([i for e in members for i in e.layout.map_ids] + [-1]) + 1
-        progress_id = min([i for e in members for i in e.layout.map_ids] + [0]) - 1
-        names = []
-        for var, type_sql in key_types.items():
-            column = key_column(var)
-            if taken.get(column, type_sql) != type_sql:
-                column = key_column(var, type_sql)
-            names.append((var, column))
-        maps = tuple(StoredMap(first_id + i, m.name, m.keys, value_types[m.name]) for i, m in enumerate(plan.maps))
-        layout = StoreLayout(store, maps, tuple(key_types.items()), tuple(names), progress_id)
-        for column, type_sql in layout.columns.columns:
-            if taken.get(column, type_sql) != type_sql:
-                raise IVMError(f"map store {store} has a column {column} of type {taken[column]}, "
-                               f"view {name} needs {type_sql}")
-        return layout
-
-    def _extend_store(self, store: str, layout: StoreLayout) -> StoreColumns:
-        """Add the columns the view needs to a shared store; the store's columns after that."""
-        have = {f.name for f in self.spark.table(store).schema.fields}
-        missing = [(c, t) for c, t in layout.columns.columns if c not in have]
-        if missing:
-            self.spark.sql(f"ALTER TABLE {store} ADD COLUMNS ({', '.join(f'{c} {t}' for c, t in missing)})")
-        return self.store_columns(store)
-
-    def store_columns(self, store: str) -> StoreColumns:
-        return StoreColumns(tuple((f.name, f.dataType.simpleString()) for f in self.spark.table(store).schema.fields))
-
-    def _remove_objects(self, name: str, store: str, keep_store: bool = False) -> None:
-        """Drop the view and its maps: the whole store when no other view uses it (unless keep_store),
-        else every row that belongs to no other view (also what a CREATE that failed half-way wrote)."""
-        statements = [f"DROP VIEW IF EXISTS {name}"]
+    def _store_removal(self, name: str, store: str, keep_store: bool = False) -> str:
+        """The statement that removes the view's maps: the store, or the rows no other view of it owns."""
         others = [i for e in self._store_members(store) if e.name != name for i in e.layout.map_ids]
         if others:
             # The sequence number stays with the store: it counts the store's refreshes, not the view's.
             others.append(SEQUENCE_ID)
         if others or keep_store:
             kept = f"map_id NOT IN ({', '.join(map(str, others))})" if others else "TRUE"
-            statements.append(f"DELETE FROM {store} WHERE {kept}")
-        else:
-            statements.append(f"DROP TABLE IF EXISTS {store}")
+            return f"DELETE FROM {store} WHERE {kept}"
+        return f"DROP TABLE IF EXISTS {store}"
+
+    def store_columns(self, store: str) -> StoreColumns:
+        return StoreColumns(tuple((f.name, f.dataType.simpleString()) for f in self.spark.table(store).schema.fields))
+
+    def _remove_objects(self, name: str, store: str, keep_store: bool = False, keep_view: bool = False) -> None:
+        """Drop the view and its maps: the whole store when no other view uses it (unless keep_store),
+        else every row that belongs to no other view (also what a CREATE that failed half-way wrote).
+        Failures are logged, not raised: this cleans up after another error."""
+        statements = [] if keep_view else [f"DROP VIEW IF EXISTS {name}"]
+        statements.append(self._store_removal(name, store, keep_store))
         for statement in statements:
             try:
                 self.spark.sql(statement)
@@ -419,25 +363,39 @@ class Engine:
     # -- REFRESH -------------------------------------------------------------------------------------
     def refresh(self, name: str, mode: str | None = None) -> dict:
         """Bring the view up to date: as its refresh policy says, or (mode) "full" or "incremental" once."""
+        qualified = self.qualify(name)
+        # The entry as of before the wait is read again after it: a DROP or rebuild may have ended meanwhile.
+        names = [qualified, self.entry(name, cached=mode != "full").store]
         if mode == "full":
-            return self.rebuild(self.entry(name, cached=False), time.perf_counter(), "full (REFRESH … FULL)")
-        cached = self.qualify(name) in self._cache
-        try:
-            return StoreRefresh(self, [self.entry(name)], check_tokens=cached, mode=mode).run()[0]
-        except StaleEntry:
-            return StoreRefresh(self, [self.entry(name, cached=False)], mode=mode).run()[0]
+            with self.locks.hold(names, exclusive=True):
+                return self.rebuild(self.entry(name, cached=False), time.perf_counter(), "full (REFRESH … FULL)")
+        cached = qualified in self._cache
+        with self.locks.hold(names):
+            try:
+                refresh = StoreRefresh(self, [self.entry(name)], check_tokens=cached, mode=mode)
+                stats = refresh.run()
+            except StaleEntry:
+                refresh = StoreRefresh(self, [self.entry(name, cached=False)], mode=mode)
+                stats = refresh.run()
+        return self._rebuild_chosen(refresh, stats)[0]
 
     def refresh_all(self) -> list[dict]:
         """Every view, one commit per map store: views that share a store are refreshed atomically.
 
         A view whose catalog entry cannot be read fails the statement, after the others are refreshed."""
-        by_store: dict[str, list[ViewEntry]] = {}
-        for e in self._ordered_entries():
-            by_store.setdefault(e.store, []).append(e)
+        def names(entries):
+            return {n for e in entries for n in (e.name, e.store)}
+
+        wanted = names(self._ordered_entries())
+        while True:
+            with self.locks.hold(wanted):
+                ordered = self._ordered_entries()  # a view may have been created or dropped while this waited
+                if names(ordered) <= wanted:
+                    refreshes = self._refresh_all(ordered)
+                    break
+            wanted |= names(ordered)
         unreadable = list(self._unreadable.values())
-        stats = []
-        for entries in by_store.values():
-            stats += StoreRefresh(self, entries).run()
+        stats = [s for refresh, done in refreshes for s in self._rebuild_chosen(refresh, done)]
         if unreadable:
             others = ", ".join(e.view for e in unreadable[1:])
             raise CatalogEntryError(
@@ -445,13 +403,32 @@ class Engine:
                 f"(the other incremental views were refreshed)", unreadable[0].view, unreadable[0].store)
         return stats
 
+    def _refresh_all(self, ordered: list[ViewEntry]) -> list[tuple[StoreRefresh, list[dict]]]:
+        by_store: dict[str, list[ViewEntry]] = {}
+        for e in ordered:
+            by_store.setdefault(e.store, []).append(e)
+        return [(refresh, refresh.run()) for refresh in (StoreRefresh(self, entries) for entries in by_store.values())]
+
+    def _rebuild_chosen(self, refresh: StoreRefresh, stats: list[dict]) -> list[dict]:
+        """Recompute the maps of the views for which the refresh chose that, after its commit, each alone as
+        REFRESH … FULL runs (a refresh holds its names shared, which a rebuild cannot wait for)."""
+        done = []
+        for entry, s in zip(refresh.entries, stats):
+            if entry.name in refresh.rebuilds:
+                with self.locks.hold([entry.name, entry.store], exclusive=True):
+                    s = self.rebuild(self.entry(entry.name, cached=False), refresh.started, refresh.rebuilds[entry.name])
+            done.append(s)
+        return done
+
     def rebuild(self, entry: ViewEntry, started: float, policy: str) -> dict:
         """FULL refresh: compile again against the current schemas and recompute every map. `policy` says
         why, for REFRESH to report."""
         # Before anything is removed: a rebuild that cannot run must leave the view as it was.
         udfs.require(self.spark, udfs.plan_functions(entry.plan), view=entry.name)
         store = entry.store
-        self._remove_objects(entry.name, store)
+        # The user's view stays until the new one replaces it: in its rows form it shows its old rows meanwhile.
+        self._remove_objects(entry.name, store, keep_view=True)
+        crash_point("full_after_remove")
         # The definition's unqualified names mean what they meant at CREATE, whatever is current now.
         current = self.spark.catalog.currentDatabase()
         self.spark.catalog.setCurrentDatabase(getattr(entry, "database", "") or entry.name.split(".")[0])
@@ -467,23 +444,43 @@ class Engine:
 
     # -- DROP / SHOW / EXPLAIN -------------------------------------------------------------------------
     def drop(self, name: str, if_exists: bool = False) -> None:
+        # The name first, so that a CREATE of it in another thread ends before this looks for the view; then
+        # its store, which another view may share.
+        with self.locks.hold([self.qualify(name)], exclusive=True):
+            found = self._drop_target(name, if_exists)
+            if found is not None:
+                with self.locks.hold([n for n in found if n], exclusive=True):
+                    self._drop(*found)
+
+    def _drop_target(self, name: str, if_exists: bool) -> tuple[str, str | None] | None:
+        """The view and its map store (None: no map store to drop); None if there is no view and if_exists."""
         try:
             entry = self.entry(name, cached=False)
-            view, store = entry.name, entry.store
+            return entry.name, entry.store
         except UnknownViewError:
             if if_exists:
-                return
+                return None
             raise
         except CatalogEntryError as exc:
             # An entry this version cannot read still names its store (catalog_format); failing that, the
             # view has the store a view gets without WITH (store = …). Only a map store is dropped.
-            view, store = exc.view, exc.store or self._store_name(exc.view, {})
-            if not self._is_map_store(store):
-                store = None
-        if store is None:
-            self.spark.sql(f"DROP VIEW IF EXISTS {view}")
-        else:
-            self._remove_objects(view, store)
+            store = exc.store or self._store_name(exc.view, {})
+            return exc.view, store if self._is_map_store(store) else None
+
+    def _drop(self, view: str, store: str | None) -> None:
+        """Remove the maps, then the view's definition, then its catalog entry. Every step finds its part
+        gone if a DROP that died did it, and the entry goes last, so that DROP again finishes the job. The
+        definition goes after the maps: a refresh in another process that writes it after checks that its
+        store is still there (see publish.py)."""
+        steps = ([(self._store_removal(view, store), "drop_after_store")] if store else []) + [
+            (f"DROP VIEW IF EXISTS {view}", "drop_after_view")]
+        for statement, step in steps:
+            try:
+                self.spark.sql(statement)
+            except Exception as exc:
+                raise IVMError(f"DROP INCREMENTAL VIEW {view} did not finish ({_first_line(exc)}); "
+                               f"run it again") from exc
+            crash_point(step)
         self._delete_entry(view)
 
     def show(self):
@@ -527,9 +524,6 @@ class Engine:
 
 
 _FORMS = {"rows": "its rows, kept in its definition", "store": "its maps from the map store"}
-# Delta writes a checkpoint of a map store's log every this many commits: one refresh in that many pays
-# the checkpoint's jobs (Delta's default is every 10 commits).
-STORE_CHECKPOINT_INTERVAL = 100
 
 
 def _local_frame(spark, rows: list[tuple], schema: str):
@@ -567,13 +561,12 @@ def _query_schema(spark, sql: str):
         raise InvalidQueryError(f"Spark rejects the query: {str(exc).strip().splitlines()[0]}") from None
 
 
+def _first_line(exc: Exception) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+
+
 def _schema_key(relation: str, qualified: dict[str, str]) -> str:
     for k in qualified:
         if k.lower() == relation.lower() or k.split(".")[-1].lower() == relation.lower():
             return k
     raise UnknownTableError(f"table {relation} is not known")
-
-
-def _value_type(type_sql: str) -> str:
-    # Integral sums are BIGINT already; keep the exact type Spark gave otherwise.
-    return "bigint" if type_sql in INTEGRAL_TYPES else type_sql

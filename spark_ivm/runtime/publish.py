@@ -7,7 +7,9 @@ literals the view's rows; otherwise one query over the store (and the increments
 
 A refresh that commits version w replaces the view's definition with literals of w. Two refreshes that
 race can replace it in either order, so each checks afterwards that w is still the store's latest
-version, and if not leaves the view reading the store: never rows older than the store's.
+version, and if not leaves the view reading the store: never rows older than the store's. If the store is
+gone by then (a DROP in another session removes the store before the definition), the definition just
+written is dropped again: a DROP is never undone by a refresh that wrote the definition back.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import threading
 from typing import Callable
 
 from spark_ivm import config, heuristics
+from spark_ivm.errors import RefreshError
 from spark_ivm.runtime.deltalog import DeltaLogs
 from spark_ivm.runtime.run import session_settings
 from spark_ivm.runtime.sqlgen import quote
@@ -102,8 +105,8 @@ class ViewForms:
             for carried in ([maps, None] if maps is not None else [None]):
                 text = rows_view_sql(entry, rows, carried)
                 if len(text) <= heuristics.INLINE_SQL_CHARS_MAX:
-                    self._replace(entry, ROWS, version, len(rows), carried is not None, text)
-                    return self._checked(entry, version)
+                    latest = self._replace(entry, ROWS, version, len(rows), carried is not None, text)
+                    return self._checked(entry, version, latest)
         return self._store_form(entry, form, version, len(rows))
 
     def _store_form(self, entry, form: str | None, version: int, row_count: int = 0) -> str:
@@ -115,9 +118,19 @@ class ViewForms:
         """The query's rows, at most one more than an inline form may hold."""
         return [tuple(r) for r in self.spark.sql(f"{sql} LIMIT {inline_rows + 1}").collect()]
 
-    def _replace(self, entry, form: str, version: int, row_count: int, maps: bool, text: str) -> None:
+    def _replace(self, entry, form: str, version: int, row_count: int, maps: bool, text: str):
+        """Write the definition; the store's latest snapshot after that (None where logs are out of reach)."""
         with self._writing:
             self._write_definition(entry, form, version, row_count, maps, text)
+            if not self.logs.available:
+                return None
+            latest = self.logs.snapshot(entry.store)
+            if latest is None:
+                self.spark.sql(f"DROP VIEW IF EXISTS {entry.name}")
+                raise RefreshError(f"the map store {entry.store} of view {entry.name} was dropped while the "
+                                   f"view's definition was written (by DROP INCREMENTAL VIEW {entry.name} in "
+                                   f"another session?); the definition was removed again")
+            return latest
 
     def _write_definition(self, entry, form: str, version: int, row_count: int, maps: bool, text: str) -> None:
         properties = ", ".join(f"'{k}' = '{v}'" for k, v in (
@@ -125,9 +138,9 @@ class ViewForms:
             (PROPERTY_MAPS, "yes" if maps else "no")))
         self.spark.sql(f"CREATE OR REPLACE VIEW {entry.name} TBLPROPERTIES ({properties}) AS {text}")
 
-    def _checked(self, entry, version: int) -> str:
-        """ROWS, unless a later commit to the store raced the replacement: then the view reads the store."""
-        latest = self.logs.snapshot(entry.store)
+    def _checked(self, entry, version: int, latest) -> str:
+        """ROWS, unless a later commit to the store (`latest`, looked up after the replacement) raced the
+        replacement: then the view reads the store."""
         if latest is not None and latest.version != version:
             self._replace(entry, STORE, latest.version, 0, False, read_view_sql(entry))
             return STORE

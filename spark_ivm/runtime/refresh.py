@@ -120,6 +120,7 @@ class StoreRefresh:
         self.check_tokens = check_tokens  # the entries come from a cache: StaleEntry if the store disagrees
         self.mode = mode  # REFRESH … INCREMENTAL: "incremental" for every view; None: each view's policy
         self.rebuilds: dict[str, str] = {}  # view -> why its maps are recomputed instead
+        self.pinned = False  # whether the store existed when the refresh read its progress
 
     def policy(self, entry) -> str:
         return self.mode or entry.options.get("refresh", "auto")
@@ -127,27 +128,47 @@ class StoreRefresh:
     def run(self) -> list[dict]:
         """Refresh the views; their statistics, in order. A commit that loses a race with another refresh
         of the store is computed again from the store as that one left it. The views whose policy has them
-        recomputed are rebuilt after the others' commit."""
-        started = time.perf_counter()
+        recomputed (`rebuilds`) are left to the caller, to rebuild after the others' commit."""
+        self.started = time.perf_counter()
         attempts = 0
         while True:
             try:
                 with session_settings(self.spark, REFRESH_SETTINGS):
                     stats = self._attempt()
                 break
-            except ConcurrentCommitError:
+            except ConcurrentCommitError as exc:
+                if self._store_dropped():
+                    raise self.store_gone() from exc
                 attempts += 1
                 if attempts == ATTEMPTS:
                     raise RefreshError(f"the map store {self.store} of {self.entries[0].name} was written by "
                                        f"{ATTEMPTS} other refreshes while this one ran; try again") from None
                 log.info("the map store %s was written while a refresh ran; refreshing again", self.store)
             except FullRefreshNeeded as exc:  # found while reading the batches: the others go on without it
+                if self._store_dropped():
+                    raise self.store_gone() from exc
                 entry = next((e for e in self.entries if e.name == exc.view), None)
                 if entry is None or entry.name in self.rebuilds or self.policy(entry) == "incremental":
                     raise
                 self.rebuilds[entry.name] = f"full ({self.policy(entry)}: {exc.reason})"
-        return [self.engine.rebuild(e, started, self.rebuilds[e.name]) if e.name in self.rebuilds else s
-                for e, s in zip(self.entries, stats)]
+            except StaleEntry:
+                raise
+            except Exception as exc:
+                # Say so, rather than what Spark or Delta failed at for want of the store's files.
+                if self._store_dropped():
+                    raise self.store_gone() from exc
+                raise
+        return stats
+
+    def _store_dropped(self) -> bool:
+        """Whether a DROP or a rebuild of the view in another process removed the store under the refresh."""
+        return self.pinned and self.logs.available and self.logs.snapshot(self.store) is None
+
+    def store_gone(self) -> RefreshError:
+        name = self.entries[0].name
+        return RefreshError(f"the map store {self.store} of view {name} was dropped while the refresh ran, by DROP "
+                            f"INCREMENTAL VIEW {name} or REFRESH INCREMENTAL VIEW {name} FULL in another session; "
+                            f"this refresh has no store to apply its changes to")
 
     def _attempt(self) -> list[dict]:
         started = time.perf_counter()
@@ -161,11 +182,17 @@ class StoreRefresh:
                 if self.check_tokens:  # e.g. the store was dropped by another process
                     raise StaleEntry() from None
                 raise
-            if self.check_tokens and any(
-                    progress.get(e.layout.progress_id, {}).get(ENTRY_TOKEN) != e.token for e in self.entries):
+            stale = [e for e in self.entries if progress.get(e.layout.progress_id, {}).get(ENTRY_TOKEN) != e.token]
+            if stale and self.check_tokens:
                 raise StaleEntry()
+            if stale:  # read from the catalog just now: the maps are another CREATE's or rebuild's
+                raise RefreshError(
+                    f"the map store {self.store} does not hold the maps of the catalog entry of view "
+                    f"{stale[0].name}: a CREATE or REFRESH … FULL of it did not finish; run REFRESH INCREMENTAL "
+                    f"VIEW {stale[0].name} FULL")
             sequence = progress.get(SEQUENCE_ID, {}).get(SEQUENCE, 0)
             run.pin_store(self.store, store.version, store)  # the maps are read as of the progress read
+            self.pinned = True
             crash_point("after_progress")
             with run.timed("look-ups"):
                 store_columns = StoreColumns(store.columns) if store.handle else self.engine.store_columns(self.store)
