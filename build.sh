@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Build entry point for spark_ivm.
 #
-#   ./build.sh setup          create .venv, install the project (-e .[dev]), fetch the Delta jars
+#   ./build.sh setup          create .venv, install the project (-e .[dev], versions of constraints.txt),
+#                             fetch the Delta jars
 #   ./build.sh test [ARGS]    setup, then run pytest (ARGS go to pytest)
 #   ./build.sh demo [ARGS]    setup, then run examples/demo.py
 #   ./build.sh bench [ARGS]   setup, then run python -m spark_ivm.bench
@@ -35,7 +36,7 @@ EOF
 
 pip_key() {
     # Anything that changes what pip must install invalidates the stamp.
-    { cat pyproject.toml; "$PY" -c 'import sys; print(sys.version)'; } | sha256sum | cut -d' ' -f1
+    { cat pyproject.toml constraints.txt; "$PY" -c 'import sys; print(sys.version)'; } | sha256sum | cut -d' ' -f1
 }
 
 setup_venv() {
@@ -50,8 +51,9 @@ setup_venv() {
         return 0
     fi
     log "installing spark_ivm (-e .[dev]) into .venv; this takes a minute or two the first time"
-    "$PY" -m pip install --quiet --upgrade pip
-    "$PY" -m pip install --quiet -e ".[dev]"
+    # Exact versions (constraints.txt); pyproject.toml only gives the ranges the library accepts.
+    "$PY" -m pip install --quiet -c constraints.txt pip
+    "$PY" -m pip install --quiet -c constraints.txt -e ".[dev]"
     printf '%s\n' "$key" >"$STAMP"
 }
 

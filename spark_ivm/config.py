@@ -1,12 +1,16 @@
 """The session settings spark_ivm reads (`spark.conf.set("spark.ivm.…", value)`), each with its type, default
 and meaning. Values are read when a statement runs, so a setting changed between statements applies to the
 next one; a value that is not allowed is an error naming the setting and what it accepts.
+
+The policy's tunable thresholds, which are not session settings, are registered beside the policy that
+reads them: `spark_ivm.heuristics.THRESHOLDS`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from spark_ivm import heuristics
 from spark_ivm.errors import IVMError
 
 
@@ -59,7 +63,7 @@ INLINE_ROWS = Setting(
     "runs no Spark job; 0: every view reads its map store.", minimum=0)
 
 FULL_REFRESH_PERCENT = Setting(
-    "spark.ivm.fullRefreshPercent", 100,
+    "spark.ivm.fullRefreshPercent", heuristics.FULL_REFRESH_PERCENT,
     "Under a view's `auto` refresh policy, a REFRESH recomputes the view's maps instead of applying a batch "
     "whose changed rows take at least this percent of its source table's bytes now (and at least "
     "heuristics.FULL_REFRESH_MIN_BYTES); 0: never.", minimum=0)

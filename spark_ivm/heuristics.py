@@ -2,6 +2,10 @@
 
 The compiler (mechanism) asks these questions; the answers live here so that a cost model can
 replace them without touching the viewlet transform.
+
+Every tunable threshold is a module constant declared with `_threshold`, which records its type, default
+and meaning in THRESHOLDS (listed in docs/design.md, "Thresholds"); the comment above it says why it is
+what it is. The measurements behind the values are in docs/performance.md.
 """
 
 from __future__ import annotations
@@ -9,18 +13,37 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-# A view's default plan has at most this many trigger statements. On Spark every statement is a join
-# planned and run per refresh: TPC-H Q8 at unlimited depth has 685 statements over 166 maps and took 11
-# minutes to refresh at SF 0.01 on 2 cores (creating it 7); Q5, Q7 and Q9 (130–154 statements) took
-# 1–2 minutes.
-MAX_TRIGGER_STATEMENTS = 160
 
-# A delta with more nodes than this is replaced by re-evaluating its map from the other maps and the
-# batch, when that is smaller. A nested aggregate's delta inlines the nested value before and after the
-# batch at every use: TPC-H Q15's lineitem delta (the global MAX of per-supplier revenue, compared with
-# every supplier's) has 3,969 nodes and became a 368 KB statement that Spark's analyzer did not get
-# through in 8 minutes; no other TPC-H delta has more than 884.
-MAX_DELTA_NODES = 2000
+@dataclass(frozen=True)
+class Threshold:
+    """A tunable threshold: the module constant `name` of this module, its type, default and meaning."""
+    name: str
+    type: type
+    default: int
+    doc: str
+
+
+THRESHOLDS: dict[str, Threshold] = {}
+
+
+def _threshold(name: str, default: int, doc: str) -> int:
+    """Record a threshold in THRESHOLDS; its default is the value of the module constant of that name."""
+    THRESHOLDS[name] = Threshold(name, type(default), default, doc)
+    return default
+
+
+# On Spark every statement is a join planned and run per refresh, so a refresh's time grows with the
+# statements: TPC-H Q8 at unlimited depth has 685 statements over 166 maps, Q5, Q7 and Q9 130–154.
+MAX_TRIGGER_STATEMENTS = _threshold(
+    "MAX_TRIGGER_STATEMENTS", 160,
+    "A view created without a depth gets the deepest plan with at most this many trigger statements.")
+
+# A nested aggregate's delta inlines the nested value before and after the batch at every use: TPC-H
+# Q15's lineitem delta (the global MAX of per-supplier revenue, compared with every supplier's) has
+# 3,969 nodes and became a statement too large for Spark's analyzer; no other TPC-H delta has more than 884.
+MAX_DELTA_NODES = _threshold(
+    "MAX_DELTA_NODES", 2000,
+    "A delta with more nodes is replaced by re-evaluating its map from the maps below it and the batch.")
 
 
 @dataclass(frozen=True)
@@ -65,15 +88,16 @@ def default_depth_plan(plan_at: Callable[[int | None], object]):
     return plan
 
 
-# A map is split at a summed variable that joins at least this many of its relations, when the split
-# leaves at least two maps with keys of their own. TPC-H Q5's delta for orders needs
-# Σ_nation customer(c, nation) · lineitem(o, s) · supplier(s, nation) · …, keyed by c and o: as one map
-# that is every (customer, lineitem) pair of a nation, 0.9 M rows at SF 0.01 from 60,000 lineitems and
-# 1,500 customers, and each changed customer updates all the lineitems of its nation. Keyed by the
-# nation as well, it is three maps no larger than their relations, joined on the nation by the trigger.
-# A variable that only joins two relations is usually a key and its foreign key (an order and its
-# lineitems), whose join is no larger than the larger relation: splitting there would only add rows.
-SPLIT_MIN_RELATIONS = 3
+# TPC-H Q5's delta for orders needs Σ_nation customer(c, nation) · lineitem(o, s) · supplier(s, nation) · …,
+# keyed by c and o: as one map that is every (customer, lineitem) pair of a nation, far larger than both
+# relations, and each changed customer updates all the lineitems of its nation. Keyed by the nation as
+# well, it is three maps no larger than their relations, joined on the nation by the trigger. A variable
+# that only joins two relations is usually a key and its foreign key (an order and its lineitems), whose
+# join is no larger than the larger relation: splitting there would only add rows.
+SPLIT_MIN_RELATIONS = _threshold(
+    "SPLIT_MIN_RELATIONS", 3,
+    "A map is split at a summed variable that joins at least this many of its relations (when the split "
+    "leaves two or more maps with keys of their own).")
 
 
 def splits_map_at(relations_joined: int, keyed_parts: int) -> bool:
@@ -82,11 +106,13 @@ def splits_map_at(relations_joined: int, keyed_parts: int) -> bool:
     return relations_joined >= SPLIT_MIN_RELATIONS and keyed_parts >= 2
 
 
-# A refresh reads the map store once, into a checkpoint every map reference then scans, when its
-# statements refer to maps at least this many times. Each scan of a Delta table costs its own file
-# listing jobs (about 0.2–0.4 s on 2 cores, whatever the table's size), and the store's files mix all
-# maps, so every reference scans them all anyway: one read and one copy cost less from two references on.
-SHARED_STORE_READ_MIN_REFERENCES = 2
+# Each scan of a Delta table costs its own file listing jobs, whatever the table's size, and the store's
+# files mix all maps, so every reference scans them all anyway: one read and one copy cost less from two
+# references on.
+SHARED_STORE_READ_MIN_REFERENCES = _threshold(
+    "SHARED_STORE_READ_MIN_REFERENCES", 2,
+    "A refresh whose statements refer to maps at least this many times reads the map store once, into a "
+    "checkpoint (and CREATE so reads a source its maps refer to this often).")
 
 
 def reads_store_once(map_references: int) -> bool:
@@ -96,16 +122,23 @@ def reads_store_once(map_references: int) -> bool:
 
 # The copy of the store keeps only the map rows whose fixed keys are among the batch's own values, not
 # all of their range: keys spread over the whole map (Q17's parts of new lineitems) make a range that
-# skips nothing, and at SF 1 Q17 copied 14 million rows of which 0.45 million can join. The values are
+# skips nothing, and the copy is then most of the map although few of its rows can join. The values are
 # collected to the driver (one Spark job per batch) and written into the copy's condition as literals,
 # which Spark tests with a hash set (a subquery instead made one broadcast join per key test, and a
 # refresh with many of them ran out of execution memory). So only up to this many values per batch
 # column, only of a batch small enough that collecting its values costs little next to the copy, and
 # not of an integer column whose range is dense: new orders have consecutive keys, and their range
 # already holds little beside them.
-LISTED_KEY_VALUES_MAX = 10_000
-LISTED_BATCH_ROWS_MAX = 50_000
-DENSE_RANGE_PER_ROW = 8
+LISTED_KEY_VALUES_MAX = _threshold(
+    "LISTED_KEY_VALUES_MAX", 10_000,
+    "The store copy of a refresh lists at most this many of a batch column's values (else it keeps their range).")
+LISTED_BATCH_ROWS_MAX = _threshold(
+    "LISTED_BATCH_ROWS_MAX", 50_000,
+    "Only a batch of at most this many rows has its columns' values collected to bound the store copy.")
+DENSE_RANGE_PER_ROW = _threshold(
+    "DENSE_RANGE_PER_ROW", 8,
+    "An integer batch column whose values span at most this many integers per batch row is bounded by "
+    "its range, not its values.")
 
 
 def lists_batch_values(batch_rows: int, span: int | None) -> bool:
@@ -115,10 +148,13 @@ def lists_batch_values(batch_rows: int, span: int | None) -> bool:
 
 
 # For the same reason, creating a view reads a source table once, into a checkpoint its maps' queries
-# then scan, when they refer to it at least twice (a view with three maps over a three-table join: 9
-# scans, 8–11 s on 2 cores). Only up to this size on disk: the checkpoint is a copy of the table in the
-# executors' memory and disk, and from some size on one more scan costs less than a copy.
-SHARED_SOURCE_READ_MAX_BYTES = 32 * 1024 * 1024
+# then scan, when they refer to it at least twice (a view with three maps over a three-table join scans
+# its sources nine times). Only up to a size: the checkpoint is a copy of the table in the executors'
+# memory and disk, and from some size on one more scan costs less than a copy.
+SHARED_SOURCE_READ_MAX_BYTES = _threshold(
+    "SHARED_SOURCE_READ_MAX_BYTES", 32 * 1024 * 1024,
+    "CREATE reads a source table its maps refer to twice or more once, into a checkpoint, when it holds at "
+    "most this many bytes on disk.")
 
 
 def reads_source_once(references: int, size_bytes: int) -> bool:
@@ -127,10 +163,11 @@ def reads_source_once(references: int, size_bytes: int) -> bool:
     return references >= SHARED_STORE_READ_MIN_REFERENCES and size_bytes <= SHARED_SOURCE_READ_MAX_BYTES
 
 
-# A checkpoint of a refresh's intermediate rows is read in at most this many partitions when Spark's
-# shuffle partitions setting cannot be read as a number (e.g. "auto"). The rows of a refresh are the
-# size of its batches, not of the data.
-DEFAULT_CHECKPOINT_PARTITIONS = 8
+# The rows of a refresh are the size of its batches, not of the data.
+DEFAULT_CHECKPOINT_PARTITIONS = _threshold(
+    "DEFAULT_CHECKPOINT_PARTITIONS", 8,
+    "A refresh's checkpointed rows are read in this many partitions when spark.sql.shuffle.partitions is "
+    "not a number (e.g. auto).")
 
 
 def checkpoint_partitions(shuffle_partitions: str | None) -> int:
@@ -142,28 +179,28 @@ def checkpoint_partitions(shuffle_partitions: str | None) -> int:
         return DEFAULT_CHECKPOINT_PARTITIONS
 
 
-# A map store is written in files of at most this many rows when it is built or compacted, in key
-# order (see mapstore.key_order), so that Delta can skip the files of keys a refresh does not touch.
-# Smaller files skip more precisely but each file read costs a little: at TPC-H SF 1, Q12's 6.1 million
-# map rows become about 60 files.
-STORE_FILE_ROWS = 100_000
-# A store's Delta checksum lists its files when it has at most this many (Delta's own default is 50): a
-# refresh then reads the store without Delta rebuilding its state of each new version (a few Spark jobs).
-# Each file adds some 400 bytes of statistics to each commit's checksum.
-STORE_LISTED_FILES_MAX = 10_000
+# A store is built and compacted in key order (see mapstore.key_order), so that Delta can skip the files
+# of keys a refresh does not touch. Smaller files skip more precisely but each file read costs a little.
+STORE_FILE_ROWS = _threshold(
+    "STORE_FILE_ROWS", 100_000,
+    "A map store is written in files of at most this many rows when it is built or compacted.")
+# A refresh then reads the store without Delta rebuilding its state of each new version (a few Spark
+# jobs); each file adds its statistics to every commit's checksum.
+STORE_LISTED_FILES_MAX = _threshold(
+    "STORE_LISTED_FILES_MAX", 10_000,
+    "A map store's Delta checksum lists its files when it has at most this many (Delta's default is 50).")
 
 
-# With spark.ivm.codegen = auto (not the default, see config.CODEGEN), a refresh runs its
-# Spark plans interpreted, generating and compiling no code, when the Delta tables it may scan beyond its
-# batches (its map store, and the source tables its statements read) hold at most this many bytes. A
-# refresh plans 150-odd small stages, and compiling their code was the largest share of its time on 2
-# cores (31 % of the driver's samples for TPC-H q7 at SF 0.01). Per row, compiled code is faster, so the
-# bound sits between two measurements (2 cores, 3 rounds of a 0.1 % insert and delete): q7 at SF 0.01, a
-# 2.5 MB store, refreshed interpreted in 14.6-18.3 s every round; compiled, 28.8 s the first time in a
-# session (a scheduled job's only refresh) and 18.0-22.8 s after it (12.8-18.8 s with Spark's cache of
-# compiled code raised from 100 classes to 4,096, which is not set: its memory over a long session is not
-# measured). q3 at SF 1, a 34 MB store, with that cache: interpreted 6.8-13.4 s, compiled 5.7-11.5 s.
-INTERPRETED_MAX_BYTES = 16 * 1024 * 1024
+# With spark.ivm.codegen = auto (not the default, see config.CODEGEN). The tables a refresh may scan beyond
+# its batches are its map store and the source tables its statements read. A refresh of a large view plans
+# many small stages, and compiling their code can be the largest share of its time; per row, compiled code
+# is faster, so the bound sits between a small store that refreshed faster interpreted and a larger one
+# that refreshed faster compiled (docs/performance.md). Spark's cache of compiled code is left at its
+# default: what a larger one costs in memory over a long session is not known.
+INTERPRETED_MAX_BYTES = _threshold(
+    "INTERPRETED_MAX_BYTES", 16 * 1024 * 1024,
+    "Under spark.ivm.codegen = auto a refresh runs its Spark plans interpreted when the Delta tables it may "
+    "scan hold at most this many bytes.")
 
 
 def runs_interpreted(bytes_scanned: int | None) -> bool:
@@ -172,17 +209,20 @@ def runs_interpreted(bytes_scanned: int | None) -> bool:
     return bytes_scanned is not None and bytes_scanned <= INTERPRETED_MAX_BYTES
 
 
-# A consolidated batch of at most this many rows is broadcast to the joins that read it: it is small next
-# to the maps it joins, so every task gets a copy instead of the maps being shuffled to meet it.
-BROADCAST_BATCH_ROWS = 200_000
+# A batch that small is small next to the maps it joins, so every task gets a copy instead of the maps
+# being shuffled to meet it.
+BROADCAST_BATCH_ROWS = _threshold(
+    "BROADCAST_BATCH_ROWS", 200_000,
+    "A consolidated batch of at most this many rows is broadcast to the joins that read it.")
 
-# A refresh computes its increments in one query (see runtime/run.py: "at once") when it runs at most
-# this many trigger statements, none of which re-evaluates nested aggregates per affected key or a map's
-# whole contents. Each materialized intermediate result costs a Spark job of its own: a light
+# See runtime/run.py: "at once". Each materialized intermediate result costs a Spark job of its own: a light
 # view's refresh is mostly such jobs. A statement that re-evaluates reads its stages several times, and
 # in one query Spark would compute a stage again at every read; many statements make one plan that
 # Spark takes long to plan.
-AT_ONCE_MAX_STATEMENTS = 24
+AT_ONCE_MAX_STATEMENTS = _threshold(
+    "AT_ONCE_MAX_STATEMENTS", 24,
+    "Under spark.ivm.plan = auto a refresh computes its increments in one query when it runs at most this "
+    "many trigger statements, none of them re-evaluating.")
 
 
 def plans_at_once(statements) -> bool:
@@ -191,18 +231,21 @@ def plans_at_once(statements) -> bool:
             and all(s.op == "+=" and s.reevaluated_keys is None for s in statements))
 
 
-# The user's view holds its rows (and its maps' rows) as literals in its definition when there are at most
-# spark.ivm.inlineRows of them (see config.INLINE_ROWS) and its SQL text stays within this many characters
-# (see runtime/viewsql.py). Reading a Delta table's new version costs a few Spark jobs; reading literals
-# none. The metastore limits a view's text: embedded Derby stores it in a column of at most 32,700
-# characters, and a longer text takes tens of seconds to fail there.
-INLINE_SQL_CHARS_MAX = 30_000
+# See config.INLINE_ROWS and runtime/viewsql.py. Reading a Delta table's new version costs a few Spark
+# jobs; reading literals none. The metastore limits a view's text: embedded Derby stores it in a column of
+# at most 32,700 characters, and a longer text fails there, slowly.
+INLINE_SQL_CHARS_MAX = _threshold(
+    "INLINE_SQL_CHARS_MAX", 30_000,
+    "A view holds its rows (and its maps' rows) as literals only while its SQL text stays within this many "
+    "characters (and spark.ivm.inlineRows rows).")
 
-# A refresh collects its increments to the driver and appends them from there, instead of computing them
-# into a checkpoint that the append then reads, when every view it refreshes holds its maps inline: the
-# driver then has the increments of those maps to add to the literals, with no further job. Only up to
-# this many rows; more are computed again into a checkpoint.
-COLLECTED_ROWS_MAX = 50_000
+# Instead of computing the increments into a checkpoint that the append then reads, when every view a
+# refresh refreshes holds its maps inline: the driver then has the increments of those maps to add to the
+# literals, with no further job. More rows are computed again into a checkpoint.
+COLLECTED_ROWS_MAX = _threshold(
+    "COLLECTED_ROWS_MAX", 50_000,
+    "A refresh of views that all hold their maps inline collects at most this many increment rows to the "
+    "driver and appends them from there.")
 
 
 def collects_increments(maps_inline: list[bool]) -> bool:
@@ -217,8 +260,13 @@ def collects_increments(maps_inline: list[bool]) -> bool:
 # many rows does; recomputing costs what CREATE does, several times the query itself, so that applying even
 # a batch as large as the table wins for most views: the share is reached by a source overwritten, emptied
 # and loaded again, or mostly deleted. Below the size either takes little more than a refresh's fixed steps.
-FULL_REFRESH_PERCENT = 100
-FULL_REFRESH_MIN_BYTES = 16 * 1024 * 1024
+FULL_REFRESH_PERCENT = _threshold(
+    "FULL_REFRESH_PERCENT", 100,
+    "The default of spark.ivm.fullRefreshPercent: the share of its source's bytes, in percent, from which a "
+    "batch has the maps recomputed under the auto refresh policy.")
+FULL_REFRESH_MIN_BYTES = _threshold(
+    "FULL_REFRESH_MIN_BYTES", 16 * 1024 * 1024,
+    "Under the auto refresh policy only a batch of at least this many bytes has the maps recomputed.")
 
 
 @dataclass(frozen=True)

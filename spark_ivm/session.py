@@ -57,8 +57,8 @@ _BASE_CONF: dict[str, str] = {
     "spark.default.parallelism": "2",
     # Spark's 1g default is too small to broadcast the maps of multi-way joins.
     "spark.driver.memory": "4g",
-    # Delta's default of 50 snapshot partitions makes every read of a small
-    # table about a second slower.
+    # Delta's default of 50 snapshot partitions makes rebuilding a small
+    # table's state run 50 tasks where 2 do.
     "spark.databricks.delta.snapshotPartitions": "2",
     "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
     "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",

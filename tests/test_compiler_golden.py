@@ -2,12 +2,11 @@
 there. Plans are compared with text fixtures in tests/golden/, rewritten only on purpose:
 
     SPARK_IVM_REGOLD=1 ./build.sh test tests/test_compiler_golden.py
+
+(see tests/golden_files.py; the TPC-H and order-book plans are in test_golden_plans.py).
 """
 
 from __future__ import annotations
-
-import os
-from pathlib import Path
 
 import pytest
 
@@ -18,15 +17,7 @@ from spark_ivm.calculus.parser import parse
 from spark_ivm.compiler.viewlet import compile_maps
 from spark_ivm.heuristics import Policy
 
-GOLDEN = Path(__file__).parent / "golden"
-
-
-def check_golden(name: str, text: str) -> None:
-    path = GOLDEN / f"{name}.plan"
-    if os.environ.get("SPARK_IVM_REGOLD"):
-        path.write_text(text)
-    assert path.exists(), f"missing golden file {path.name}; run with SPARK_IVM_REGOLD=1 to create it"
-    assert text == path.read_text(), f"plan differs from {path.name}"
+from golden_files import check_golden
 
 
 def statements(plan, relation):

@@ -255,8 +255,8 @@ def run_scale(spark, scale: float, queries: list[str], args, progress, task, dat
             progress.advance(task)
         return
     if warm_up:
-        # The first minute of a JVM runs Spark's and Delta's code interpreted or barely compiled: the
-        # first query measured at the first scale took up to 1.8x as long as at the next scale.
+        # The first minute of a JVM runs Spark's and Delta's code interpreted or barely compiled, which
+        # would be counted to the first query measured.
         started = time.perf_counter()
         run_query(spark, database, scale, queries[0], 1,
                   lambda text: progress.update(task, description=f"SF {scale:g}: warming up with {queries[0]}: {text}"))

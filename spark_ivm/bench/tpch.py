@@ -151,6 +151,11 @@ def _split_columns(ddl: str) -> list[str]:
     return re.split(r",\s*(?![^()]*\))", ddl)  # commas outside DECIMAL(15,2)
 
 
+def column_names() -> dict[str, list[str]]:
+    """Each table's column names, in the order of its schema (what the compiler needs to know of it)."""
+    return {table: [c.strip().split(" ", 1)[0] for c in _split_columns(ddl)] for table, ddl in SCHEMAS.items()}
+
+
 def _write(spark, name: str, rows) -> int:
     spark.sql(f"DROP TABLE IF EXISTS {name}")
     writer = rows.writeTo(name).using("delta")

@@ -362,8 +362,8 @@ def without_inflated_size_estimate(spark, checkpointed):
 
     A checkpoint keeps the size Spark estimated for the query it computed, and without statistics Spark
     estimates a join as the product of its inputs' sizes. A stage that joins stages that join stages
-    multiplies those products again: q18's stages reached estimates of 8,400 bits, and a refresh of all
-    22 TPC-H views after five changes filled the driver's 4 GB heap with such numbers. An estimate that
+    multiplies those products again: TPC-H q18's stages reached estimates thousands of bits long, and
+    refreshes of many views filled the driver's heap with such numbers. An estimate that
     large decides nothing (it is far above the broadcast threshold either way), so the checkpoint is
     read instead as rows of unknown size."""
     jdf = getattr(checkpointed, "_jdf", None)
@@ -378,7 +378,7 @@ def without_inflated_size_estimate(spark, checkpointed):
 
 def parallel(spark, lookup, items) -> list:
     """[lookup(item) for item in items], run in a few threads: a Delta version, a table's details or a
-    query's schema costs a driver round trip of 0.01–1 s each, and a view reads several tables. The
+    query's schema costs a driver round trip each, and a view reads several tables. The
     calling thread's job group and description carry over to the threads."""
     items = list(items)
     if len(items) < 2:

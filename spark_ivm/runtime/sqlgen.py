@@ -234,7 +234,7 @@ class _Scope:
     # Driven by a small batch: each further join reads the rows joined so far as a subquery hinted for
     # broadcast. Spark estimates a join's size as the product of its inputs' sizes, so without the hint
     # the second join of a batch with two large maps is a sort-merge join that shuffles and sorts the
-    # whole second map on every refresh (TPC-H Q10 at SF 1: minutes, spilling to disk).
+    # whole second map on every refresh (TPC-H Q10's second map, large enough to spill to disk).
     driven: bool = False
     broadcast: str | None = None  # the alias of the broadcast rows joined so far
     # The distinct bindings the last correlated part was evaluated for. Later joins only filter or repeat
@@ -491,7 +491,8 @@ class SqlGen:
           per value of t and the bindings' values of x sorted together, each binding summing the rows
           before it.
         TPC-H Q15 tests `= (SELECT MAX(total_revenue) …)` by counting, per supplier, the suppliers with the
-        same revenue and those with more: 10^8 pairs at SF 1 become a join and a sort of 2·10^4 rows."""
+        same revenue and those with more: pairs of suppliers, quadratic in them, become a join and a sort
+        linear in them."""
         if not isinstance(e, AggSum):
             return self.select(e, domain)
         factors = factors_of(e.expr)
