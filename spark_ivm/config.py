@@ -46,8 +46,9 @@ CATALOG = Setting(
     "The Delta table holding the incremental views' definitions (created when the first view is).")
 COMPACT_EVERY = Setting(
     "spark.ivm.compactEvery", 8,
-    "Every this many refreshes of a map store rewrite it with one row per map and key instead of appending "
-    "to it; 0 never.", minimum=0)
+    "Every this many refreshes of a map store compact it instead of appending to it: it rewrites the store's "
+    "small files (every 8th time the whole store) with one row per map and key, dropping keys whose value is "
+    "0; 0: never.", minimum=0)
 CODEGEN = Setting(
     "spark.ivm.codegen", "on",
     "How a refresh runs its Spark plans: on, compiled to code; off, interpreted; auto, interpreted when the "

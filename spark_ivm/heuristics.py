@@ -190,6 +190,26 @@ STORE_LISTED_FILES_MAX = _threshold(
     "STORE_LISTED_FILES_MAX", 10_000,
     "A map store's Delta checksum lists its files when it has at most this many (Delta's default is 50).")
 
+# Every spark.ivm.compactEvery-th refresh compacts the store. Most compactions rewrite only its small files
+# (fewer than STORE_FILE_ROWS rows: the refreshes' appends, what earlier such compactions wrote, the last
+# file of a build), summed per key with the refresh's increments, so that they cost what the changes do,
+# not what the store holds. Rows of a key whose values cancel out across a small file and a full one stay
+# until a compaction of the whole store: every WHOLE_STORE_COMPACTION_EVERY-th compaction, or one whose
+# small files hold at least WHOLE_STORE_COMPACTION_PERCENT of the store's rows.
+WHOLE_STORE_COMPACTION_EVERY = _threshold(
+    "WHOLE_STORE_COMPACTION_EVERY", 8,
+    "Every this many compactions of a map store, one rewrites the whole store instead of its small files.")
+WHOLE_STORE_COMPACTION_PERCENT = _threshold(
+    "WHOLE_STORE_COMPACTION_PERCENT", 25,
+    "A compaction rewrites the whole map store when its small files hold at least this percent of its rows.")
+
+
+def compacts_whole_store(small_rows: int, store_rows: int, compaction: int) -> bool:
+    """Whether the store's compaction number `compaction` (counted from 1) rewrites all its files, when its
+    small files hold small_rows of its store_rows rows."""
+    return compaction % max(1, WHOLE_STORE_COMPACTION_EVERY) == 0 \
+        or small_rows * 100 >= WHOLE_STORE_COMPACTION_PERCENT * store_rows
+
 
 # With spark.ivm.codegen = auto (not the default, see config.CODEGEN). The tables a refresh may scan beyond
 # its batches are its map store and the source tables its statements read. A refresh of a large view plans

@@ -74,6 +74,52 @@ def test_appends_and_compactions_keep_the_view_equal_to_its_query(ivm):
     assert spark.sql("REFRESH INCREMENTAL VIEW v").collect()[0]["status"] == "up to date"
 
 
+def _store_files(spark, store: str) -> dict[str, int]:
+    """The store's files as of its latest version, with the rows each holds."""
+    rows = spark.sql(f"SELECT input_file_name() AS f, COUNT(*) AS n FROM {store} GROUP BY 1").collect()
+    return {r["f"]: r["n"] for r in rows}
+
+
+def test_compactions_rewrite_the_small_files_and_every_few_the_whole_store(ivm, monkeypatch):
+    from spark_ivm import heuristics
+
+    spark = ivm
+    rng = random.Random(11)
+    # Files of 50 rows (the default is sized for millions of map rows); every refresh compacts, every 3rd
+    # compaction the whole store.
+    monkeypatch.setitem(refresh.STORE_WRITE_SETTINGS, "spark.sql.files.maxRecordsPerFile", "50")
+    monkeypatch.setattr(heuristics, "STORE_FILE_ROWS", 50)
+    monkeypatch.setattr(heuristics, "WHOLE_STORE_COMPACTION_EVERY", 3)
+    spark.conf.set(COMPACT_CONF, "1")
+    spark.sql("INSERT INTO r SELECT CAST(id AS INT), CAST(id % 7 AS INT) FROM range(200)")
+    spark.sql("INSERT INTO s SELECT CAST(id AS INT), CAST(id % 5 AS INT), CAST(id % 3 AS INT) FROM range(200)")
+    spark.sql(f"CREATE INCREMENTAL VIEW v AS {QUERY}")
+    store = "v__ivm_maps"
+    for round_no in range(1, 4):
+        before = _store_files(spark, store)
+        _change(spark, rng)  # NULLs, duplicates and deletes among the keys of the full files
+        spark.sql(f"DELETE FROM r WHERE k = {rng.randint(0, 199)}")
+        assert spark.sql("REFRESH INCREMENTAL VIEW v").collect()[0]["status"] == "refreshed"
+        assert _bag(spark.table("v")) == _bag(spark.sql(QUERY)), f"round {round_no}"
+        after = _store_files(spark, store)
+        full = {f for f, n in before.items() if n >= 50}
+        if round_no < 3:
+            # Compacted: the full files are kept, the small ones replaced by files of one row per map and key.
+            assert full and full <= set(after), f"round {round_no}"
+            assert not (set(before) - full) & set(after), f"round {round_no}"
+            written = spark.read.parquet(*(set(after) - set(before))).where("map_id >= 0")
+            keys = [c for c in written.columns if c == "map_id" or c.startswith("k_")]
+            assert written.count() == written.select(*keys).distinct().count() > 0, f"round {round_no}"
+        else:
+            # The whole store: one row per map and key, no row whose value is 0.
+            assert not set(before) & set(after), f"round {round_no}"
+            maps = spark.sql(f"SELECT * FROM {store} WHERE map_id >= 0")
+            keys = [c for c in maps.columns if c == "map_id" or c.startswith("k_")]
+            assert maps.count() == maps.select(*keys).distinct().count()
+            values = [c for c in maps.columns if c.startswith("v_")]
+            assert maps.where(" AND ".join(f"COALESCE({c}, 0) = 0" for c in values)).count() == 0
+
+
 def _store_reads(spark, monkeypatch, store: str) -> list[tuple[int, int, int, int]]:
     """Records, for each refresh that reads the store once, (rows it copies, files it reads, the store's
     rows, the store's files), the store taken as first created. Counted while the refresh runs: the

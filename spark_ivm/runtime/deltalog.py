@@ -81,6 +81,15 @@ class Changes:
     bytes: int | None = None
 
 
+@dataclass(frozen=True)
+class FileSubset:
+    """Some of a table's files, as its checksum lists them: to read their rows and to replace them."""
+    files: list  # the JVM's AddFile of each
+    frame: object = field(repr=False)  # a DataFrame of their rows
+    rows: int  # rows in them (those their statistics count)
+    table_rows: int  # rows in all the table's files
+
+
 class DeltaLogs:
     """The Delta logs of tables of one Spark session."""
 
@@ -219,6 +228,25 @@ class DeltaLogs:
                 chosen = jvm.scala.jdk.javaapi.CollectionConverters.asScala([listed.apply(i) for i in kept]).toList()
         return DataFrame(delta_log.createDataFrame(jsnapshot, chosen, False, jvm.scala.Option.empty()), self.spark)
 
+    def small_files(self, snapshot: TableSnapshot, max_rows: int) -> FileSubset | None:
+        """The files of the table's snapshot that hold fewer than max_rows rows each (or say nothing of
+        their rows), as the checksum lists them; None when it does not list them."""
+        jvm = self.spark._jvm
+        delta_log, jsnapshot, _ = snapshot.handle
+        checksum = jsnapshot.checksumOpt()
+        listed = checksum.get().allFiles() if checksum.isDefined() else jvm.scala.Option.empty()
+        if not listed.isDefined():
+            return None
+        listed = listed.get()
+        from pyspark.sql import DataFrame
+
+        counts = [(_stats(f) or {}).get("numRecords") for f in self.as_python(listed)]
+        chosen = [i for i, n in enumerate(counts) if n is None or n < max_rows]
+        files = [listed.apply(i) for i in chosen]
+        scala_files = jvm.scala.jdk.javaapi.CollectionConverters.asScala(files).toList()
+        frame = DataFrame(delta_log.createDataFrame(jsnapshot, scala_files, False, jvm.scala.Option.empty()), self.spark)
+        return FileSubset(files, frame, sum(counts[i] or 0 for i in chosen), sum(n or 0 for n in counts))
+
     # -- writes --------------------------------------------------------------------------------------------
     def append(self, snapshot: TableSnapshot, df, user_metadata: str) -> tuple[int, int]:
         """Append the DataFrame's rows to the table in one commit with the user metadata, as a transaction
@@ -227,11 +255,14 @@ class DeltaLogs:
         both land. Returns (the version committed, the rows written)."""
         return self._write(snapshot, df, user_metadata, overwrite=False)
 
-    def overwrite(self, snapshot: TableSnapshot, df, user_metadata: str) -> tuple[int, int]:
-        """Replace the table's rows as of `snapshot` with the DataFrame's, as `append` does."""
-        return self._write(snapshot, df, user_metadata, overwrite=True)
+    def overwrite(self, snapshot: TableSnapshot, df, user_metadata: str, replacing: FileSubset | None = None
+                  ) -> tuple[int, int]:
+        """Replace the table's rows as of `snapshot` (or only those of the files `replacing`) with the
+        DataFrame's, as `append` does."""
+        return self._write(snapshot, df, user_metadata, overwrite=True, replacing=replacing)
 
-    def _write(self, snapshot: TableSnapshot, df, user_metadata: str, overwrite: bool) -> tuple[int, int]:
+    def _write(self, snapshot: TableSnapshot, df, user_metadata: str, overwrite: bool,
+               replacing: FileSubset | None = None) -> tuple[int, int]:
         jvm = self.spark._jvm
         delta_log, jsnapshot, meta = snapshot.handle
         option = jvm.scala.Option
@@ -242,7 +273,7 @@ class DeltaLogs:
         files = txn.writeFiles(df._jdf)
         actions = files
         if overwrite:
-            removed = [f.remove() for f in jsnapshot.allFiles().collectAsList()]
+            removed = [f.remove() for f in (replacing.files if replacing else jsnapshot.allFiles().collectAsList())]
             actions = files.appendedAll(jvm.scala.jdk.javaapi.CollectionConverters.asScala(removed).toList())
         operation = _write_operation(jvm, self.spark.sparkContext._gateway, user_metadata, overwrite)
         try:

@@ -454,8 +454,10 @@ class StoreRefresh:
                 rows = self.spark.table(staged)
             with run.timed("write"), session_settings(self.spark, STORE_WRITE_SETTINGS):
                 if compact:
-                    compacted = self.spark.sql(compact_rows_sql(run.pinned(self.store, store.version), staged, store_columns))
-                    _, written = self.logs.overwrite(store, compacted, metadata)
+                    files = self._compacted_files(store, sequence // compact_every)
+                    rows_of = run.register(files.frame) if files else run.pinned(self.store, store.version)
+                    compacted = self.spark.sql(compact_rows_sql(rows_of, staged, store_columns))
+                    _, written = self.logs.overwrite(store, compacted, metadata, replacing=files)
                     written = self.spark.table(staged).count()  # the refresh's rows, not the store's
                 else:
                     _, written = self.logs.append(store, rows, metadata)
@@ -472,6 +474,14 @@ class StoreRefresh:
             increments[w.entry.name] = [tuple(r) for r in collected.where(f"map_id IN ({ids})").selectExpr(
                 *(c.raw(c.name) for c in map_columns(w.entry))).collect()]
         return written, staged, increments
+
+    def _compacted_files(self, store: TableSnapshot, compaction: int):
+        """The store's files that its compaction number `compaction` rewrites: its small files (see
+        heuristics.compacts_whole_store); None for all of them."""
+        files = self.logs.small_files(store, heuristics.STORE_FILE_ROWS)
+        if files is None or heuristics.compacts_whole_store(files.rows, files.table_rows, compaction):
+            return None
+        return files
 
     def _write_sql(self, staged: str, store_columns: StoreColumns, sequence: int, metadata: str, compact: bool) -> int:
         """The write where the JVM's Delta log is out of reach (Spark Connect): SQL, exactly once through
