@@ -198,6 +198,11 @@ def test_targets_say_which_hold_which_do_not_and_what_was_not_measured():
     assert unmeasured == {"q1": None, "q6": None}  # no baseline: not measured
     table = report.targets_table(checks)
     assert "| refresh+read at most 0.6 s at SF 1 | - | q6 (3.00 s) | - |" in table
+    # A view whose refreshes had nothing to apply is left out of the targets of every query, but for the
+    # refresh with no changes.
+    idle = report.summarize(result("q2", 1, [round_(1, "insert", 0.1, 0.1, 5.0, commits=0)], nochange_jobs=0))
+    idle_checks = {c["target"] for c in report.target_checks([idle], []) if c["query"] == "q2"}
+    assert idle_checks == {"a refresh with no changes runs no Spark job", "a refresh with no changes at most 0.1 s"}
     assert "| at least 2x faster than recompute at SF 1 | - | - | q3, q10, q12 |" in table
 
 

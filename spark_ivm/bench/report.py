@@ -136,6 +136,9 @@ class Target:
     limit: float
     at_least: bool = False  # the value must be >= limit (else <= limit)
     unit: str = "s"
+    # Of every query (queries None), only those whose refreshes applied changes: a view of tables the
+    # batches do not touch (q2, q11, q16 read neither orders nor lineitem) refreshes with nothing to do.
+    applied_only: bool = True
 
 
 def fixed_seconds(summary: dict) -> float | None:
@@ -149,8 +152,10 @@ def _of_baseline(s: dict, base: dict | None) -> float | None:
 
 
 TARGETS = [
-    Target("a refresh with no changes runs no Spark job", None, lambda s, g, b: s["nochange_jobs"], 0, unit=" jobs"),
-    Target("a refresh with no changes at most 0.1 s", None, lambda s, g, b: s["nochange_refresh_s"], 0.1),
+    Target("a refresh with no changes runs no Spark job", None, lambda s, g, b: s["nochange_jobs"], 0, unit=" jobs",
+           applied_only=False),
+    Target("a refresh with no changes at most 0.1 s", None, lambda s, g, b: s["nochange_refresh_s"], 0.1,
+           applied_only=False),
     Target("refresh+read at most 0.6 s at SF 1", ("q6",), lambda s, g, b: s["refresh_s"], 0.6),
     Target("refresh+read runs at most 4 Spark jobs at SF 1", ("q6",), lambda s, g, b: s["jobs_refresh_read"], 4,
            unit=" jobs"),
@@ -182,6 +187,8 @@ def target_checks(summaries: list[dict], grown: list[dict], baseline: list[dict]
     for target in TARGETS:
         for query in target.queries or sorted(at_scale, key=query_order):
             summary = at_scale.get(query)
+            if target.queries is None and target.applied_only and summary and summary.get("commits_per_refresh") == 0:
+                continue
             value = target.measure(summary, growth_of.get(query), before.get(query)) if summary else None
             holds = None if value is None else (value >= target.limit if target.at_least else value <= target.limit)
             checks.append({"target": target.text, "query": query, "value": value, "unit": target.unit,
@@ -425,7 +432,9 @@ def markdown(report: dict) -> str:
                   "scale factors measured then:", "", baseline_table(summaries, baseline["summary"])]
     checks = target_checks(summaries, grown, baseline and baseline["summary"])
     if any(c["holds"] is not None for c in checks):
-        lines += ["", f"Targets (at SF {fmt_scale(TARGET_SCALE)}, growth from SF {fmt_scale(TARGET_SMALL_SCALE)}):",
+        lines += ["", f"Targets (at SF {fmt_scale(TARGET_SCALE)}, growth from SF {fmt_scale(TARGET_SMALL_SCALE)}; a "
+                  "target of every query leaves out the views whose refreshes had nothing to apply, but for the "
+                  "refresh with no changes):",
                   "", targets_table(checks)]
     if any(s.get("steps") for s in summaries):
         lines += ["", "Where a refresh's time goes (median seconds per step as REFRESH reports them: `progress` "
