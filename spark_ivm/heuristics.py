@@ -326,3 +326,61 @@ def _size(n: int) -> str:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024
     raise AssertionError("unreachable")
+
+
+# Limits of the front end and the runtime. They choose no plan, but they are tunable numbers all the same,
+# so they are declared here with the others; each module reads its own at call time, as heuristics.NAME,
+# so that patching the constant here changes what it does.
+
+# Subqueries in expressions (scalar, IN, EXISTS) nested deeper than this are refused: the delta of each level
+# holds the deltas of every level inside it, so that compiling takes several times longer per level.
+MAX_SUBQUERY_LEVELS = _threshold(
+    "MAX_SUBQUERY_LEVELS", 4,
+    "CREATE refuses subqueries in expressions (scalar, IN, EXISTS) nested more than this many levels deep.")
+
+# An OR of n conditions by inclusion–exclusion has 2^n − 1 terms: longer ORs of conditions that read no
+# relation become one test instead (see frontend/values.py, disjunction_of).
+MOST_DISJUNCTS = _threshold(
+    "MOST_DISJUNCTS", 4,
+    "An OR of at most this many conditions is expanded by inclusion–exclusion; of more, those that read no "
+    "relation become one test and more than this many that read relations are refused.")
+
+# Chains of + - || of at most this many terms keep the nesting SQL gives them, (a + b) + c; longer ones are
+# nested as balanced trees, so that an expression of a thousand terms is ten levels deep, not a thousand
+# (every pass over the calculus, compiling, evaluating, printing, recurses once per level).
+LONGEST_NESTED_CHAIN = _threshold(
+    "LONGEST_NESTED_CHAIN", 16,
+    "A chain of additions, subtractions or string concatenations of at most this many terms keeps the "
+    "nesting SQL gives it; a longer one becomes a balanced tree.")
+
+# Delta refuses a refresh's commit to the map store when another refresh committed to it since the version
+# the refresh read; the refresh is then computed again from the store as the other left it. Each attempt
+# costs a whole refresh, so past a few the caller is asked to try again instead.
+ATTEMPTS = _threshold(
+    "ATTEMPTS", 3,
+    "A refresh whose commit to the map store loses a race with another refresh is computed again, up to this "
+    "many attempts in all, then fails asking to try again.")
+
+# Each look-up (a table's schema, its Delta log) mostly waits on the driver.
+LOOKUP_THREADS = _threshold(
+    "LOOKUP_THREADS", 4,
+    "A refresh or CREATE runs at most this many catalog and Delta log look-ups at once, each in a thread.")
+
+# A batch's commits are read again for the add actions of the files they remove (see FILE_LOOKBACK_VERSIONS).
+CACHED_COMMITS = _threshold(
+    "CACHED_COMMITS", 256,
+    "A session keeps the parsed actions of at most this many Delta commits, dropping the least recently read.")
+
+# A remove action carries only its file's row count; the ranges of its rows are in the add action of the
+# commit that added it, which may be anywhere in the table's history. Each commit looked at is one more read
+# of the log; a file not found leaves the batch's ranges unknown, and the refresh reads more of the store.
+FILE_LOOKBACK_VERSIONS = _threshold(
+    "FILE_LOOKBACK_VERSIONS", 20,
+    "The add action of a file a commit removes is looked for in at most this many commits before that one "
+    "(to learn the ranges of its rows).")
+
+# Writing a checkpoint of a Delta log costs the commit that writes it a few Spark jobs; a map store is
+# committed to by every refresh, so one refresh in this many pays them.
+STORE_CHECKPOINT_INTERVAL = _threshold(
+    "STORE_CHECKPOINT_INTERVAL", 100,
+    "A map store's Delta log gets a checkpoint every this many commits (Delta's default is 10).")

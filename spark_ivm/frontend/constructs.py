@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from sqlglot import exp
 
+from spark_ivm import heuristics
 from spark_ivm.errors import NonDeterministicError, UnsupportedQueryError
 from spark_ivm.frontend.source import SqlSource, own_text_span
 from spark_ivm.udfs.registry import UDFS
@@ -59,7 +60,7 @@ def _construct_problem(source: SqlSource, node: exp.Expression) -> UnsupportedQu
         return _set_operation_problem(source, node)
     if isinstance(node, exp.Subquery):
         return _subquery_problem(source, node)
-    if isinstance(node, exp.Exists) and _subquery_level(node) > MAX_SUBQUERY_LEVELS:
+    if isinstance(node, exp.Exists) and _subquery_level(node) > heuristics.MAX_SUBQUERY_LEVELS:
         return _nesting_problem(source, node, "EXISTS")
     if isinstance(node, exp.Lateral):
         return source.unsupported("LATERAL VIEW" if node.args.get("view") else "LATERAL", node, "LATERAL")
@@ -149,14 +150,9 @@ def _subquery_problem(source: SqlSource, subquery: exp.Subquery) -> UnsupportedQ
     parent = subquery.parent
     if isinstance(parent, (exp.Any, exp.All)):
         return source.unsupported(f"{parent.key.upper()} subquery", subquery, "SELECT")
-    if _in_expression(subquery) and _subquery_level(subquery) > MAX_SUBQUERY_LEVELS:
+    if _in_expression(subquery) and _subquery_level(subquery) > heuristics.MAX_SUBQUERY_LEVELS:
         return _nesting_problem(source, subquery, "SELECT")
     return None
-
-
-# Subqueries in expressions (scalar, IN, EXISTS) nested deeper than this are refused: the delta of each level
-# holds the deltas of every level inside it, so that compiling takes several times longer per level.
-MAX_SUBQUERY_LEVELS = 4
 
 
 def _in_expression(node: exp.Expression) -> bool:
@@ -176,7 +172,7 @@ def _subquery_level(node: exp.Expression) -> int:
 
 def _nesting_problem(source: SqlSource, node: exp.Expression, keyword: str) -> UnsupportedQueryError:
     return source.unsupported(
-        f"subqueries in expressions nested more than {MAX_SUBQUERY_LEVELS} levels deep", node, keyword,
+        f"subqueries in expressions nested more than {heuristics.MAX_SUBQUERY_LEVELS} levels deep", node, keyword,
         where="inside" if keyword == "SELECT" else "before",
         detail="the changes of each level are derived from those of all the levels inside it; write an inner "
                "level as a join with a derived table (a subquery in FROM), which may nest deeper")

@@ -11,9 +11,9 @@ is pushed down to the comparisons. The row count, sums and non-NULL counts are `
 over the group keys; the view's columns, HAVING and ORDER BY are Spark SQL over keys and aggregates.
 
 Chains (a + b - c …, a || b …, AND, OR, UNION ALL …) are read in loops, and a chain of more than
-values.LONGEST_NESTED_CHAIN terms becomes a balanced tree, so that a thousand terms cost no deep recursion here
-or in the compiler; nesting that exhausts Python's recursion (parentheses, function calls, CASE,
-subqueries, a few dozen levels deep) is an UnsupportedQueryError (source.nested_too_deeply).
+heuristics.LONGEST_NESTED_CHAIN terms becomes a balanced tree, so that a thousand terms cost no deep
+recursion here or in the compiler; nesting that exhausts Python's recursion (parentheses, function calls,
+CASE, subqueries, a few dozen levels deep) is an UnsupportedQueryError (source.nested_too_deeply).
 
 MIN, MAX and COUNT/SUM/AVG(DISTINCT e) are not functions of sums: each keeps the multiset of its value
 per group, `AggSum(keys + (x,), body)` with x the value's column variable, or a fresh `x1`, `x2`… bound

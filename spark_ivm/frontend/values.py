@@ -9,6 +9,7 @@ from typing import Callable, Sequence
 
 from sqlglot import exp
 
+from spark_ivm import heuristics
 from spark_ivm.calculus import functions
 from spark_ivm.calculus.expressions import (
     NEGATED_CMP, NULL, ONE, ZERO, AggSum, Const, DeltaRel, Exists, Expr, Lift, MapRef, Rel, cmp, fn, neg, prod,
@@ -111,7 +112,7 @@ class ValueTranslator:
             node = node.this
         signed.append(("+", node))
         terms = [(op, self.value(term)) for op, term in reversed(signed)]
-        if len(terms) <= LONGEST_NESTED_CHAIN:
+        if len(terms) <= heuristics.LONGEST_NESTED_CHAIN:
             total = terms[0][1]
             for op, term in terms[1:]:
                 total = fn(op, total, term)
@@ -347,22 +348,18 @@ def disjunction(a: Expr, b: Expr) -> Expr:
     return sum_(a, b, neg(prod(a, b)))
 
 
-# An OR of n conditions by inclusion–exclusion has 2^n − 1 terms: longer ORs of conditions that read no
-# relation become one test instead (see disjunction_of).
-MOST_DISJUNCTS = 4
-
-
 def disjunction_of(parts: Sequence[Expr]) -> Expr:
-    """The OR of 0/1 conditions: by inclusion–exclusion when there are at most MOST_DISJUNCTS, which keeps
-    a join condition (R.b = S.b OR …) usable as one; else those that read no relation become one condition,
-    CASE WHEN c1 THEN 1 WHEN c2 THEN 1 … ELSE 0 END = 1, of as many terms as there are conditions. (A
-    subquery's value is bound by a lift before the conditions, so that EXISTS (…) OR … reads no relation
+    """The OR of 0/1 conditions: by inclusion–exclusion when there are at most heuristics.MOST_DISJUNCTS,
+    which keeps a join condition (R.b = S.b OR …) usable as one; else those that read no relation become one
+    condition, CASE WHEN c1 THEN 1 WHEN c2 THEN 1 … ELSE 0 END = 1, of as many terms as there are conditions.
+    (A subquery's value is bound by a lift before the conditions, so that EXISTS (…) OR … reads no relation
     either: more than MOST_DISJUNCTS conditions that do are refused.)"""
-    if len(parts) > MOST_DISJUNCTS:
+    if len(parts) > heuristics.MOST_DISJUNCTS:
         plain = [p for p in parts if not reads_relations(p)]
         reading = [p for p in parts if reads_relations(p)]
-        if len(reading) > MOST_DISJUNCTS:
-            raise UnsupportedQueryError(f"OR of more than {MOST_DISJUNCTS} conditions that read relations")
+        if len(reading) > heuristics.MOST_DISJUNCTS:
+            raise UnsupportedQueryError(
+                f"OR of more than {heuristics.MOST_DISJUNCTS} conditions that read relations")
         if len(plain) > 1:
             parts = [cmp("=", fn("case", *(x for p in plain for x in (p, ONE)), ZERO), ONE)] + reading
     result = ZERO
@@ -380,16 +377,10 @@ def reads_relations(condition: Expr) -> bool:
     return any(isinstance(x, _READING) for x in condition.walk())
 
 
-# Chains of + - || of at most this many terms keep the nesting SQL gives them, (a + b) + c; longer ones are
-# nested as balanced trees, so that an expression of a thousand terms is ten levels deep, not a thousand
-# (every pass over the calculus, compiling, evaluating, printing, recurses once per level).
-LONGEST_NESTED_CHAIN = 16
-
-
 def _chained(name: str, operands: Sequence[Expr]) -> Expr:
     """The operands combined by an associative function of two arguments, left to right: nested as
-    written up to LONGEST_NESTED_CHAIN operands, as a balanced tree beyond."""
-    if len(operands) <= LONGEST_NESTED_CHAIN:
+    written up to heuristics.LONGEST_NESTED_CHAIN operands, as a balanced tree beyond."""
+    if len(operands) <= heuristics.LONGEST_NESTED_CHAIN:
         result = operands[0]
         for operand in operands[1:]:
             result = fn(name, result, operand)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 import uuid
 
+from spark_ivm import heuristics
 from spark_ivm.compiler.plan import Plan, Statement
 from spark_ivm.errors import IVMError
 from spark_ivm.runtime.catalog_format import ViewEntry
@@ -17,10 +18,6 @@ from spark_ivm.runtime.mapstore import (
 from spark_ivm.runtime.refresh import INTEGRAL_TYPES, STORE_WRITE_SETTINGS, crash_point, sources
 from spark_ivm.runtime.run import RefreshRun, parallel, session_settings
 from spark_ivm.runtime.sqlgen import VALUE, statement_sql
-
-# Delta writes a checkpoint of a map store's log every this many commits: one refresh in that many pays
-# the checkpoint's jobs (Delta's default is every 10 commits).
-STORE_CHECKPOINT_INTERVAL = 100
 
 
 def write_maps(engine, name, sql, options, store, plan: Plan, relation_tables, source_columns, output_types,
@@ -67,7 +64,8 @@ def write_maps(engine, name, sql, options, store, plan: Plan, relation_tables, s
         if new_store:
             spark.sql(
                 f"CREATE TABLE {store} USING delta TBLPROPERTIES ('delta.enableDeletionVectors' = 'true', "
-                f"'delta.enableChangeDataFeed' = 'false', 'delta.checkpointInterval' = '{STORE_CHECKPOINT_INTERVAL}') "
+                f"'delta.enableChangeDataFeed' = 'false', "
+                f"'delta.checkpointInterval' = '{heuristics.STORE_CHECKPOINT_INTERVAL}') "
                 f"AS {rows}")
         else:
             spark.sql(f"INSERT INTO {store} {rows}")

@@ -23,6 +23,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from decimal import Decimal
 
+from spark_ivm import heuristics
 from spark_ivm.errors import IVMError
 
 log = logging.getLogger("spark_ivm")
@@ -32,11 +33,6 @@ log = logging.getLogger("spark_ivm")
 _CONFLICTS = ("ConcurrentAppendException", "ConcurrentDeleteReadException", "ConcurrentDeleteDeleteException",
               "ConcurrentTransactionException", "ConcurrentWriteException", "MetadataChangedException",
               "ProtocolChangedException")
-
-
-CACHED_COMMITS = 256  # commits whose actions a session keeps (a batch's, and those its files were added in)
-# How far back a removed file's add action is looked for, to learn the range of its rows.
-FILE_LOOKBACK_VERSIONS = 20
 
 
 class ConcurrentCommitError(IVMError):
@@ -159,7 +155,7 @@ class DeltaLogs:
                 actions.append(json.loads(line, parse_float=Decimal))
         with self._lock:
             self._actions[key] = actions
-            if len(self._actions) > CACHED_COMMITS:
+            if len(self._actions) > heuristics.CACHED_COMMITS:
                 self._actions.popitem(last=False)
         return actions
 
@@ -193,11 +189,11 @@ class DeltaLogs:
 
     def _as_added(self, snapshot: TableSnapshot, version: int, removed: dict) -> dict:
         """The add action of a removed file, found in the commits before `version` (up to
-        FILE_LOOKBACK_VERSIONS of them), else the remove action itself."""
+        heuristics.FILE_LOOKBACK_VERSIONS of them), else the remove action itself."""
         stats = _stats(removed)
         if stats is not None and "minValues" in stats:
             return removed
-        for earlier in range(version - 1, max(-1, version - 1 - FILE_LOOKBACK_VERSIONS), -1):
+        for earlier in range(version - 1, max(-1, version - 1 - heuristics.FILE_LOOKBACK_VERSIONS), -1):
             for action in self.actions(snapshot, earlier):
                 if "add" in action and action["add"]["path"] == removed["path"]:
                     return action["add"]

@@ -66,7 +66,6 @@ STORE_WRITE_SETTINGS = {
 # default, 1, takes a job per partition when the rows are fewer than asked for).
 COLLECT_SETTINGS = {"spark.sql.limit.initialNumPartitions": "1000000"}
 CRASH_ENV = "SPARK_IVM_CRASH_AT"  # test hook: exit the process abruptly at a named refresh step
-ATTEMPTS = 3  # a refresh whose commit lost a race with another refresh of the store starts again
 
 
 def crash_point(step: str) -> None:
@@ -140,9 +139,10 @@ class StoreRefresh:
                 if self._store_dropped():
                     raise self.store_gone() from exc
                 attempts += 1
-                if attempts == ATTEMPTS:
+                if attempts == heuristics.ATTEMPTS:
                     raise RefreshError(f"the map store {self.store} of {self.entries[0].name} was written by "
-                                       f"{ATTEMPTS} other refreshes while this one ran; try again") from None
+                                       f"{heuristics.ATTEMPTS} other refreshes while this one ran; "
+                                       "try again") from None
                 log.info("the map store %s was written while a refresh ran; refreshing again", self.store)
             except FullRefreshNeeded as exc:  # found while reading the batches: the others go on without it
                 if self._store_dropped():

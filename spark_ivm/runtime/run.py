@@ -27,6 +27,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.functions import broadcast
 
+from spark_ivm import heuristics
 from spark_ivm.heuristics import BROADCAST_BATCH_ROWS, LISTED_KEY_VALUES_MAX, checkpoint_partitions, lists_batch_values
 from spark_ivm.runtime import sources as source_tables
 from spark_ivm.runtime.deltalog import DeltaLogs, NotDeltaError, TableSnapshot
@@ -34,7 +35,6 @@ from spark_ivm.runtime.sqlgen import literal_sql, quote
 
 log = logging.getLogger("spark_ivm")
 
-LOOKUP_THREADS = 4  # catalog and Delta log look-ups in flight at once (each mostly waits on the driver)
 # Batch columns whose range bounds the map keys a refresh reads (see RefreshRun._consolidate): their
 # values come back to Python and go into SQL as literals of the same value.
 _RANGED_TYPE = re.compile(r"tinyint|smallint|int|bigint|decimal\(\d+,\d+\)|date|string")
@@ -396,7 +396,7 @@ def parallel(spark, lookup, items) -> list:
                 sc.setLocalProperty(k, v)
         return lookup(item)
 
-    with ThreadPoolExecutor(max_workers=min(LOOKUP_THREADS, len(items))) as pool:
+    with ThreadPoolExecutor(max_workers=min(heuristics.LOOKUP_THREADS, len(items))) as pool:
         return list(pool.map(run, items))
 
 
