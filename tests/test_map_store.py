@@ -47,6 +47,14 @@ def ivm(spark, fresh_db):
     spark.conf.unset(COMPACT_CONF)
 
 
+def _assert_one_live_row_per_key(maps) -> None:
+    """Compacted map rows: some, one per map and key, none whose values are all 0."""
+    keys = [c for c in maps.columns if c == "map_id" or c.startswith("k_")]
+    assert maps.count() == maps.select(*keys).distinct().count() > 0
+    values = [c for c in maps.columns if c.startswith("v_")]
+    assert maps.where(" AND ".join(f"COALESCE({c}, 0) = 0" for c in values)).count() == 0
+
+
 def test_appends_and_compactions_keep_the_view_equal_to_its_query(ivm):
     spark = ivm
     rng = random.Random(7)
@@ -65,12 +73,7 @@ def test_appends_and_compactions_keep_the_view_equal_to_its_query(ivm):
         sequence = {(r["map_id"], r["src"]): r["src_version"] for r in spark.sql(bookkeeping_sql(store)).collect()}
         assert sequence[(SEQUENCE_ID, SEQUENCE)] == round_no
         if round_no % 3 == 0:
-            # Just compacted: one row per map and key, no row whose value is 0.
-            maps = spark.sql(f"SELECT * FROM {store} WHERE map_id >= 0")
-            keys = [c for c in maps.columns if c == "map_id" or c.startswith("k_")]
-            assert maps.count() == maps.select(*keys).distinct().count()
-            values = [c for c in maps.columns if c.startswith("v_")]
-            assert maps.where(" AND ".join(f"COALESCE({c}, 0) = 0" for c in values)).count() == 0
+            _assert_one_live_row_per_key(spark.sql(f"SELECT * FROM {store} WHERE map_id >= 0"))
     assert spark.sql("REFRESH INCREMENTAL VIEW v").collect()[0]["status"] == "up to date"
 
 
@@ -107,17 +110,10 @@ def test_compactions_rewrite_the_small_files_and_every_few_the_whole_store(ivm, 
             # Compacted: the full files are kept, the small ones replaced by files of one row per map and key.
             assert full and full <= set(after), f"round {round_no}"
             assert not (set(before) - full) & set(after), f"round {round_no}"
-            written = spark.read.parquet(*(set(after) - set(before))).where("map_id >= 0")
-            keys = [c for c in written.columns if c == "map_id" or c.startswith("k_")]
-            assert written.count() == written.select(*keys).distinct().count() > 0, f"round {round_no}"
+            _assert_one_live_row_per_key(spark.read.parquet(*(set(after) - set(before))).where("map_id >= 0"))
         else:
-            # The whole store: one row per map and key, no row whose value is 0.
-            assert not set(before) & set(after), f"round {round_no}"
-            maps = spark.sql(f"SELECT * FROM {store} WHERE map_id >= 0")
-            keys = [c for c in maps.columns if c == "map_id" or c.startswith("k_")]
-            assert maps.count() == maps.select(*keys).distinct().count()
-            values = [c for c in maps.columns if c.startswith("v_")]
-            assert maps.where(" AND ".join(f"COALESCE({c}, 0) = 0" for c in values)).count() == 0
+            assert not set(before) & set(after), f"round {round_no}"  # the whole store rewritten
+            _assert_one_live_row_per_key(spark.sql(f"SELECT * FROM {store} WHERE map_id >= 0"))
 
 
 def _store_reads(spark, monkeypatch, store: str) -> list[tuple[int, int, int, int]]:

@@ -208,40 +208,41 @@ class DeltaLogs:
         Reading the table by name instead makes Delta rebuild its state of a new version first (a few Spark
         jobs), to learn the files this snapshot's checksum already lists (for tables of at most
         spark.databricks.delta.allFilesInCrc.thresholdNumFiles files when they were written)."""
-        from pyspark.sql import DataFrame
-
-        jvm = self.spark._jvm
-        delta_log, jsnapshot, _ = snapshot.handle
-        checksum = jsnapshot.checksumOpt()
-        listed = checksum.get().allFiles() if checksum.isDefined() else jvm.scala.Option.empty()
-        if not listed.isDefined():
+        listed = self._listed_files(snapshot)
+        if listed is None:
             return None
-        listed = listed.get()
-        chosen = listed.toList()
-        if keep is not None:
-            kept = [i for i, f in enumerate(self.as_python(listed)) if keep(_stats(f))]
-            if len(kept) < listed.size():
-                chosen = jvm.scala.jdk.javaapi.CollectionConverters.asScala([listed.apply(i) for i in kept]).toList()
-        return DataFrame(delta_log.createDataFrame(jsnapshot, chosen, False, jvm.scala.Option.empty()), self.spark)
+        kept = None if keep is None else [i for i, f in enumerate(self.as_python(listed)) if keep(_stats(f))]
+        if kept is None or len(kept) == listed.size():
+            return self._frame(snapshot, listed.toList())
+        return self._frame(snapshot, [listed.apply(i) for i in kept])
 
     def small_files(self, snapshot: TableSnapshot, max_rows: int) -> FileSubset | None:
         """The files of the table's snapshot that hold fewer than max_rows rows each (or say nothing of
         their rows), as the checksum lists them; None when it does not list them."""
-        jvm = self.spark._jvm
-        delta_log, jsnapshot, _ = snapshot.handle
-        checksum = jsnapshot.checksumOpt()
-        listed = checksum.get().allFiles() if checksum.isDefined() else jvm.scala.Option.empty()
-        if not listed.isDefined():
+        listed = self._listed_files(snapshot)
+        if listed is None:
             return None
-        listed = listed.get()
-        from pyspark.sql import DataFrame
-
         counts = [(_stats(f) or {}).get("numRecords") for f in self.as_python(listed)]
         chosen = [i for i, n in enumerate(counts) if n is None or n < max_rows]
         files = [listed.apply(i) for i in chosen]
-        scala_files = jvm.scala.jdk.javaapi.CollectionConverters.asScala(files).toList()
-        frame = DataFrame(delta_log.createDataFrame(jsnapshot, scala_files, False, jvm.scala.Option.empty()), self.spark)
-        return FileSubset(files, frame, sum(counts[i] or 0 for i in chosen), sum(n or 0 for n in counts))
+        return FileSubset(files, self._frame(snapshot, files), sum(counts[i] or 0 for i in chosen),
+                          sum(n or 0 for n in counts))
+
+    def _listed_files(self, snapshot: TableSnapshot):
+        """The AddFiles the snapshot's checksum lists (a Scala sequence); None when it lists none."""
+        checksum = snapshot.handle[1].checksumOpt()
+        listed = checksum.get().allFiles() if checksum.isDefined() else self.spark._jvm.scala.Option.empty()
+        return listed.get() if listed.isDefined() else None
+
+    def _frame(self, snapshot: TableSnapshot, files):
+        """A DataFrame of the rows of the snapshot's files `files` (a Python list or a Scala list of AddFile)."""
+        from pyspark.sql import DataFrame
+
+        jvm = self.spark._jvm
+        delta_log, jsnapshot, _ = snapshot.handle
+        if isinstance(files, list):
+            files = jvm.scala.jdk.javaapi.CollectionConverters.asScala(files).toList()
+        return DataFrame(delta_log.createDataFrame(jsnapshot, files, False, jvm.scala.Option.empty()), self.spark)
 
     # -- writes --------------------------------------------------------------------------------------------
     def append(self, snapshot: TableSnapshot, df, user_metadata: str) -> tuple[int, int]:
