@@ -6,6 +6,9 @@ factors, a Markdown report and PNG charts. Everything works on the JSON form of 
 can be made again from a saved results file:
 
     python -m spark_ivm.bench --report bench/results/<timestamp>.json
+
+Longer than most modules: the summaries, the targets, the tables and the charts read the same records,
+and the report puts them in one order.
 """
 
 from __future__ import annotations

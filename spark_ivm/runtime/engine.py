@@ -3,6 +3,9 @@
 A view has three parts, all in the warehouse: a row in the catalog table (its SQL, options, plan and
 sources), its map store (a Delta table: maps + progress, see mapstore.py) and a Spark view over the
 store that returns exactly what the defining query returns.
+
+Longer than most modules: the statements share the Engine's catalog cache and its locks, so they stay
+methods of one class; what stands alone is elsewhere (build.py, view_work.py, locks.py, publish.py).
 """
 
 from __future__ import annotations

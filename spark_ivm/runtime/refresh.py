@@ -16,6 +16,9 @@ A refresh with nothing to apply reads two Delta logs and the view's definition: 
 A view's refresh policy (its `refresh` option, or REFRESH … INCREMENTAL | FULL) may have its maps recomputed
 instead (Engine.rebuild): always (full), or under auto when a batch is a large share of its source
 (heuristics.refresh_fully), a source was replaced by another table, or its change data feed is gone.
+
+Longer than most modules: the steps share one StoreRefresh's state (the run, the pinned store, the staged
+rows) and are kept in the order they run; a view's own part of the work is in view_work.py.
 """
 
 from __future__ import annotations

@@ -28,6 +28,9 @@ a statement with a few correlated parts spends seconds to minutes on a batch of 
 runtime gives `Sources.stage`, which computes a stage's rows once (a checkpoint) before the statement
 that reads them is made; the statement then reads the stage by name, and each domain is a DISTINCT
 subquery over it.
+
+Longer than most modules: translating one node calls the translation of the others, and the SQL of a
+statement needs them all; the stages' computation is left to the runtime (Sources).
 """
 
 from __future__ import annotations
