@@ -1,8 +1,8 @@
 """Differential test of the runtime on nested queries: every NESTED_QUERIES query (scalar subqueries,
 MIN/MAX compared, EXISTS, IN, NOT IN, grouped derived tables, outer joins) as an incremental view at
-depth 1 and unlimited, all in one map store, equals its defining query run by Spark after every
-REFRESH INCREMENTAL VIEWS, on random data with NULLs and duplicates and random INSERT, DELETE and
-UPDATE batches."""
+depth 1 and unlimited, in map stores of a few views, equals its defining query run by Spark after every
+REFRESH INCREMENTAL VIEWS, on random data with NULLs and duplicates and batches that change every table
+(see test_runtime_differential._random_batch)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 """The runtime's differential test of nested constructs as CI runs it: a sample of the nested corpus, one
 query per kind (correlated and uncorrelated scalar subqueries, NOT EXISTS, NOT IN with its NULL rule, a
-FULL JOIN), as incremental views at depth 1 and unlimited in one map store, each equal to its defining
-query run by Spark after every REFRESH INCREMENTAL VIEWS, on random data with NULLs and duplicates and
-random INSERT, DELETE and UPDATE batches (a row inserted and deleted before the same refresh included).
+FULL JOIN), as incremental views at depth 1 and unlimited in map stores of a few views, each equal to its
+defining query run by Spark after every REFRESH INCREMENTAL VIEWS, on random data with NULLs and
+duplicates and batches that change every table (see test_runtime_differential._random_batch).
 
 The whole flat corpus runs in CI too (tests/test_runtime_differential.py); the whole nested corpus runs
 on demand (`./build.sh test -m runtime -k nested`): its 44 views take longer than CI's time allows.
