@@ -251,6 +251,34 @@ def plans_at_once(statements) -> bool:
             and all(s.op == "+=" and s.reevaluated_keys is None for s in statements))
 
 
+# See runtime/refresh.py: _materialize. A plan starts all its broadcasts at once, and Spark gives each
+# spark.sql.broadcastTimeout (300 s) to finish: a union of a few hundred trigger statements (a store shared
+# by dozens of views, all with work) queues its broadcasts past that on a small cluster, or runs the driver
+# out of memory holding them. Views past the bound are computed in groups, a checkpoint (one job) each.
+PLAN_MAX_STATEMENTS = _threshold(
+    "PLAN_MAX_STATEMENTS", 64,
+    "One Spark query computes the increments of at most this many trigger statements; the views of a "
+    "refresh with more are computed in groups, each into a checkpoint of its own.")
+
+
+def plan_groups(statements: list[int]) -> list[list[int]]:
+    """The parts of a refresh (their counts of statements) in groups of at most PLAN_MAX_STATEMENTS
+    statements, in order; a part with more is a group alone.
+
+    >>> plan_groups([30, 30, 10, 50, 70, 1])
+    [[0, 1], [2, 3], [4], [5]]
+    """
+    groups: list[list[int]] = []
+    total = PLAN_MAX_STATEMENTS + 1
+    for i, n in enumerate(statements):
+        if total + n > PLAN_MAX_STATEMENTS:
+            groups.append([])
+            total = 0
+        groups[-1].append(i)
+        total += n
+    return groups
+
+
 # See config.INLINE_ROWS and runtime/viewsql.py. Reading a Delta table's new version costs a few Spark
 # jobs; reading literals none. The metastore limits a view's text: embedded Derby stores it in a column of
 # at most 32,700 characters, and a longer text fails there, slowly.

@@ -371,7 +371,7 @@ class StoreRefresh:
                 # _materialize unions all views' increments: no union of its own per view.
                 # Computed first even at once: the next source's statements read these increments as maps
                 # and write them, so one query would compute them once per reader.
-                view = self._materialize(run, [(w.entry, " UNION ALL ".join(sql for _, sql in rows))
+                view = self._materialize(run, [(w.entry, " UNION ALL ".join(sql for _, sql in rows), len(rows))
                                                for w, rows in read_later], always=True)
                 for w, rows in read_later:
                     layout = w.entry.layout
@@ -380,8 +380,8 @@ class StoreRefresh:
                     ids = ", ".join(str(i) for i in layout.map_ids)
                     w.increments.append(f"SELECT * FROM {view} WHERE map_id IN ({ids})")
         parts = [(w.entry, staged_sql(w.increments, [w.entry.layout.progress_sql(w.targets, store_columns)],
-                                      store_columns, run.tasks)) for w in work]
-        parts.append((work[0].entry, sequence_sql(sequence, store_columns)))
+                                      store_columns, run.tasks), len(w.increments)) for w in work]
+        parts.append((work[0].entry, sequence_sql(sequence, store_columns), 0))
         return self._materialize(run, parts)
 
     def _source_increments(self, w: ViewRefresh, step: int, store_columns: StoreColumns,
@@ -417,13 +417,23 @@ class StoreRefresh:
         return increments
 
     def _materialize(self, run: RefreshRun, parts: list[tuple], always: bool = False) -> str:
-        """One temporary view of the UNION ALL of the views' parts (computed now in a materialized run, or if
-        `always`). If Spark fails, each part is tried alone, so that the error names the view that caused it."""
+        """One temporary view of the UNION ALL of the views' parts, (entry, sql, its statements): computed now
+        in a materialized run, or if `always`. Parts of more statements than one plan may hold are first
+        computed in groups (see heuristics.plan_groups), each into a checkpoint."""
+        groups = heuristics.plan_groups([n for *_, n in parts])
+        if len(groups) > 1:
+            parts = [(parts[g[0]][0], f"SELECT * FROM {self._union(run, [parts[i] for i in g], True)}", 0)
+                     for g in groups]
+        return self._union(run, parts, always)
+
+    def _union(self, run: RefreshRun, parts: list[tuple], always: bool) -> str:
+        """The UNION ALL of the parts as one temporary view. If Spark fails, each part is tried alone, so
+        that the error names the view that caused it."""
         try:
-            return run.checkpoint(union_sql([sql for _, sql in parts], run.tasks), step="triggers", always=always)
+            return run.checkpoint(union_sql([sql for _, sql, _ in parts], run.tasks), step="triggers", always=always)
         except Exception as exc:
             if len(parts) > 1:
-                for entry, sql in parts:
+                for entry, sql, _ in parts:
                     _attributed(entry, lambda: run.checkpoint(sql, step="triggers", always=always))
             raise refresh_failure(parts[0][0], exc) from exc
 
