@@ -35,6 +35,11 @@ _CONFLICTS = ("ConcurrentAppendException", "ConcurrentDeleteReadException", "Con
               "ProtocolChangedException")
 
 
+# The session catalog's errors for a table or database that does not exist (as PySpark names them, and as
+# the JVM does).
+_MISSING = ("[TABLE_OR_VIEW_NOT_FOUND]", "[SCHEMA_NOT_FOUND]", "NoSuchTableException", "NoSuchDatabaseException")
+
+
 class ConcurrentCommitError(IVMError):
     """Another commit to the table was made after the version an append was computed from."""
 
@@ -106,15 +111,40 @@ class DeltaLogs:
         return json.loads(self.spark._jvm.org.apache.spark.sql.delta.util.JsonUtils.mapper().writeValueAsString(value))
 
     # -- snapshots -----------------------------------------------------------------------------------------
-    def snapshot(self, table: str) -> TableSnapshot | None:
-        """The table's latest snapshot; None when no table has the name. Raises NotDeltaError for another
-        kind of table or a view."""
-        jvm, js = self.spark._jvm, self._js
+    def catalog_tables(self, tables) -> dict[str, object]:
+        """The session catalog's metadata of each table, None for a name no table has (nor a view).
+
+        One metastore call per database: asked table by table, a refresh of a view over six tables spent
+        most of a refresh with nothing to apply waiting for the metastore."""
+        js = self._js
         catalog = js.sessionState().catalog()
-        ident = js.sessionState().sqlParser().parseTableIdentifier(table)
-        if not catalog.tableExists(ident):
-            return None
-        meta = catalog.getTableMetadata(ident)
+        parse = js.sessionState().sqlParser().parseTableIdentifier
+        names = {t: catalog.qualifyIdentifier(parse(t)) for t in tables}
+        databases: dict[str, list[str]] = {}
+        for table, name in names.items():
+            databases.setdefault(name.database().get(), []).append(table)
+        found: dict[str, object] = dict.fromkeys(names)
+        for tables_of in databases.values():
+            wanted = self.spark._jvm.java.util.ArrayList([names[t] for t in tables_of])
+            try:
+                metas = catalog.getTablesByName(self.spark._jvm.scala.jdk.javaapi.CollectionConverters.asScala(wanted).toSeq())
+            except Exception as exc:
+                if any(name in str(exc) for name in _MISSING):
+                    continue  # no such database
+                raise
+            by_name = {str(meta.identifier().table()).lower(): meta for meta in (metas.apply(i) for i in range(metas.size()))}
+            for table in tables_of:
+                found[table] = by_name.get(str(names[table].table()).lower())
+        return found
+
+    def snapshot(self, table: str, meta=None) -> TableSnapshot | None:
+        """The table's latest snapshot; None when no table has the name. Raises NotDeltaError for another
+        kind of table or a view. meta: the table's catalog metadata, when looked up (see catalog_tables)."""
+        jvm, js = self.spark._jvm, self._js
+        if meta is None:
+            meta = self.catalog_tables([table])[table]
+            if meta is None:
+                return None
         provider = meta.provider().get() if meta.provider().isDefined() else meta.tableType().name().lower()
         if provider.lower() != "delta":
             raise NotDeltaError(f"{table} is not a Delta table (format {provider})")

@@ -239,7 +239,9 @@ class StoreRefresh:
             version = self.engine.store_version(self.store)
             return progress_rows(self.spark, f"{self.store} VERSION AS OF {version}"), \
                 TableSnapshot(self.store, version, "", (), {}, None, "")
-        store = self.logs.snapshot(self.store)
+        sources = {t for entry in self.entries for t in entry.sources.values()}
+        meta = run.catalog_tables(sorted({self.store} | sources))[self.store]
+        store = self.logs.snapshot(self.store, meta) if meta is not None else None
         if store is None:
             raise RefreshError(f"the map store {self.store} of view {self.entries[0].name} no longer exists; "
                                f"run REFRESH INCREMENTAL VIEW {self.entries[0].name} FULL")

@@ -51,6 +51,7 @@ class RefreshRun:
         self.run_id = uuid.uuid4().hex[:8]
         self.snapshots: dict[str, TableSnapshot | None] = {}  # table -> its snapshot (None: no such table)
         self.versions: dict[str, int] = {}
+        self.catalog: dict[str, object] = {}  # table -> its catalog metadata (None: no such table)
         self.batches: dict[tuple, str] = {}
         self.batch_rows: dict[str, int] = {}  # batch view -> its rows (at most, when not materialized)
         # batch view -> {column: (lowest, highest) as SQL literals, None if only NULLs}, for the columns
@@ -97,18 +98,30 @@ class RefreshRun:
     def look_up(self, tables) -> None:
         """Look up the snapshots (versions, columns, ids) of tables not looked up yet, in parallel."""
         missing = sorted(t for t in tables if t not in self.schemas)
-        for table, found in zip(missing, parallel(self.spark, self._look_up, missing)):
+        metas = self.catalog_tables(missing)
+        for table, found in zip(missing, parallel(self.spark, lambda t: self._look_up(t, metas.get(t)), missing)):
             snapshot, columns, version = found
             self.snapshots[table] = snapshot
             self.schemas[table] = columns
             if version is not None:
                 self.versions[table] = version
 
-    def _look_up(self, table: str):
-        """(snapshot or None, [[column, type], …] or None, version or None) of a table now."""
+    def catalog_tables(self, tables) -> dict[str, object]:
+        """The catalog metadata of the tables (see DeltaLogs.catalog_tables), each asked of the metastore once
+        per run and all at once: those of a refresh's store and sources before its progress is read."""
+        if not self.logs.available:
+            return {}
+        unknown = [t for t in tables if t not in self.catalog]
+        if unknown:
+            self.catalog.update(self.logs.catalog_tables(unknown))
+        return {t: self.catalog[t] for t in tables}
+
+    def _look_up(self, table: str, meta=None):
+        """(snapshot or None, [[column, type], …] or None, version or None) of a table now (of its catalog
+        metadata `meta`, when the Delta log is read: None, no such table)."""
         if self.logs.available:
             try:
-                snapshot = self.logs.snapshot(table)
+                snapshot = self.logs.snapshot(table, meta) if meta is not None else None
             except NotDeltaError:
                 snapshot = None  # as good as gone for a source: its changes cannot be read
             if snapshot is None:
