@@ -24,11 +24,14 @@ prints ``REFRESHED <json>`` and exits 0 (the test then fails on the exit code).
     python crash_worker.py WAREHOUSE ddl --stage N
 
 ddl: the chain of crashes inside CREATE, REFRESH … FULL, a compacting REFRESH and DROP (DDL_STAGES) on
-the view ``p.d``. Stage N > 0 first recovers from the crash of stage N - 1 with the statement a user
-would run next (CREATE again, REFRESH and if it asks for it REFRESH … FULL, REFRESH, DROP again) and
-prints what it found and did as ``RECOVERED <json>``; then it runs stage N's statement with
-``SPARK_IVM_CRASH_AT`` set (stage 0 creates the tables first). If that statement returns instead of
-crashing, it prints ``NOCRASH <json>`` and exits 0. The stage after the last only recovers.
+the view ``p.d``, then inside REFRESH INCREMENTAL VIEWS where it commits the views ``p.sa`` and ``p.sb``,
+which share the map store ``p.shared`` (made by the first such stage; ``p.d`` is refreshed alone just
+before, so that the crash falls in the shared store's refresh). Stage N > 0 first recovers from the crash
+of stage N - 1 with the statement a user would run next (CREATE again, REFRESH and if it asks for it
+REFRESH … FULL, REFRESH, DROP again, REFRESH INCREMENTAL VIEWS) and prints what it found and did as
+``RECOVERED <json>``; then it runs stage N's statement with ``SPARK_IVM_CRASH_AT`` set (stage 0 creates
+the tables first). If that statement returns instead of crashing, it prints ``NOCRASH <json>`` and exits
+0. The stage after the last only recovers.
 """
 
 from __future__ import annotations
@@ -155,7 +158,13 @@ DDL_STAGES = [
     ("compact", "after_write"),  # a refresh's compaction committed; the view definition not yet rewritten
     ("drop", "drop_after_store"),  # the store dropped; the view definition and catalog entry left
     ("drop", "drop_after_view"),  # the store and view definition dropped; the catalog entry left
+    # REFRESH INCREMENTAL VIEWS of two views in one store (SHARED):
+    ("shared", "before_write"),  # both views' increments computed; nothing committed
+    ("shared", "after_write"),  # the store's one commit for both views made; neither definition rewritten
 ]
+# views sharing one map store, and their queries (the second groups by a key the first does not have)
+SHARED_STORE = "shared"
+SHARED = {"sa": QUERY, "sb": "SELECT o.ck, COUNT(*) AS n, SUM(o.amt) AS total FROM o GROUP BY o.ck"}
 
 
 def _failure(exc: BaseException) -> dict:
@@ -186,6 +195,34 @@ def _equal(spark) -> bool:
     return rows(spark.table(DDL_VIEW)) == rows(spark.sql(QUERY))
 
 
+def _shared_parts(spark) -> dict:
+    """The shared store's views: which have a catalog entry and a Spark view; the store's latest version;
+    every table of the database (a refresh leaves no table of its own behind)."""
+    catalog = spark._spark_ivm_engine.catalog_table
+    entries = {r["name"] for r in spark.sql(f"SELECT name FROM {catalog}").collect()}
+    store = f"{DB}.{SHARED_STORE}"
+    version = spark.sql(f"DESCRIBE HISTORY {store}").selectExpr("max(version)").first()[0] \
+        if spark.catalog.tableExists(store) else None
+    return {"entries": sorted(v for v in SHARED if f"{DB}.{v}" in entries),
+            "views": sorted(v for v in SHARED if spark.catalog.tableExists(f"{DB}.{v}")),
+            "version": version,
+            "tables": sorted(r["tableName"] for r in spark.sql(f"SHOW TABLES IN {DB}").collect() if not r["isTemporary"])}
+
+
+def _shared_rows(spark) -> dict:
+    """Each shared view's rows (or why they cannot be read) and its query's rows."""
+    return {"views": {v: _attempt(lambda v=v: rows(spark.table(v))) for v in SHARED},
+            "queries": {v: rows(spark.sql(q)) for v, q in SHARED.items()}}
+
+
+def _refresh_all(spark) -> dict:
+    return {r["view"]: r["status"] for r in spark.sql("REFRESH INCREMENTAL VIEWS").collect()}
+
+
+def _shared_equal(spark) -> dict:
+    return {v: _attempt(lambda v=v, q=q: rows(spark.table(v)) == rows(spark.sql(q))) for v, q in SHARED.items()}
+
+
 def _ddl_recover(spark, warehouse: str, kind: str, round_no: int) -> dict:
     """The statements a user runs after a crash of `kind`, and what they gave."""
     out: dict = {"found": _parts(spark, warehouse)}
@@ -203,10 +240,20 @@ def _ddl_recover(spark, warehouse: str, kind: str, round_no: int) -> dict:
         out["drop"] = _attempt(lambda: spark.sql(f"DROP INCREMENTAL VIEW {DDL_VIEW}").collect()[0][0])
         out["dropped"] = _parts(spark, warehouse)
         out["create"] = _attempt(lambda: spark.sql(create).collect()[0][0])
+    elif kind == "shared":
+        out["shared_found"] = _shared_parts(spark)
+        out["shared_before"] = _shared_rows(spark)
+        out["refresh_all"] = _attempt(lambda: _refresh_all(spark))
+        out["shared_recovered"] = _shared_parts(spark)
+        out["shared_equal"] = _shared_equal(spark)
     out["equal"] = _attempt(lambda: _equal(spark))
     # and the view goes on: a change, a refresh
     for statement in changes(50 + round_no):
         spark.sql(statement)
+    if kind == "shared":  # all the views at once again: the shared store's two views in one commit
+        out["refresh_all_after"] = _attempt(lambda: _refresh_all(spark))
+        out["shared_equal_after"] = _shared_equal(spark)
+        out["shared_after"] = _shared_parts(spark)
     out["refresh_after"] = _attempt(lambda: spark.sql(f"REFRESH INCREMENTAL VIEW {DDL_VIEW}").collect()[0]["status"])
     out["equal_after"] = _attempt(lambda: _equal(spark))
     out["parts_after"] = _parts(spark, warehouse)
@@ -239,15 +286,23 @@ def ddl(spark, warehouse: str, stage: int) -> int:
     statement = {"create": f"CREATE INCREMENTAL VIEW {DDL_VIEW} AS {QUERY}",
                  "full": f"REFRESH INCREMENTAL VIEW {DDL_VIEW} FULL",
                  "compact": f"REFRESH INCREMENTAL VIEW {DDL_VIEW}",
-                 "drop": f"DROP INCREMENTAL VIEW {DDL_VIEW}"}[kind]
-    if kind in ("full", "compact"):
+                 "drop": f"DROP INCREMENTAL VIEW {DDL_VIEW}",
+                 "shared": "REFRESH INCREMENTAL VIEWS"}[kind]
+    if kind == "shared" and not _shared_parts(spark)["entries"]:
+        for view, query in SHARED.items():
+            spark.sql(f"CREATE INCREMENTAL VIEW {view} WITH (store = '{SHARED_STORE}') AS {query}")
+    if kind in ("full", "compact", "shared"):
         for s in changes(stage):
             spark.sql(s)
     if kind == "compact":
         spark.conf.set("spark.ivm.compactEvery", "1")  # this refresh rewrites the store
+    before = {"view": _attempt(lambda: rows(spark.table(DDL_VIEW))), "query": rows(spark.sql(QUERY))}
+    if kind == "shared":
+        # d up to date: REFRESH INCREMENTAL VIEWS then writes only the shared store, where it is to crash
+        spark.sql(f"REFRESH INCREMENTAL VIEW {DDL_VIEW}").collect()
+        before.update(shared=_shared_rows(spark), parts=_shared_parts(spark))
     # printed now: the crash below ends the process
-    print("BEFORE " + json.dumps({"view": _attempt(lambda: rows(spark.table(DDL_VIEW))),
-                                  "query": rows(spark.sql(QUERY))}), flush=True)
+    print("BEFORE " + json.dumps(before), flush=True)
     os.environ[CRASH_ENV] = step
     result = _attempt(lambda: [list(r) for r in spark.sql(statement).collect()])
     os.environ.pop(CRASH_ENV, None)

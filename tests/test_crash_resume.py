@@ -19,7 +19,9 @@ The chain runs once in a module fixture; every parametrized test checks its own 
 A second chain (``crash_worker.py ddl --stage N``, on a warehouse of its own) kills CREATE, REFRESH … FULL,
 a compacting REFRESH and DROP at their crash points (``crash_worker.DDL_STAGES``; the points are
 ``crash_point`` calls in engine.py and refresh.py), and checks that the statement a user would run next, in
-a new process, finishes the job: the view equals its query and refreshes on, or is gone entirely.
+a new process, finishes the job: the view equals its query and refreshes on, or is gone entirely. Its last
+stages kill REFRESH INCREMENTAL VIEWS inside the one commit of two views sharing a map store, before the
+write and after it: a plain REFRESH INCREMENTAL VIEWS then applies the changes to both exactly once.
 Nothing here is skipped; the module carries the `runtime` marker (select it with `-m runtime`).
 """
 
@@ -38,7 +40,7 @@ import pytest
 pytestmark = pytest.mark.runtime
 
 import spark_ivm.runtime.refresh as refresh
-from crash_worker import DB, DDL_STAGES  # tests/ is on the path of its test modules
+from crash_worker import DB, DDL_STAGES, SHARED, SHARED_STORE  # tests/ is on the path of its test modules
 
 WORKER = Path(__file__).with_name("crash_worker.py")
 TIMEOUT = 1200  # seconds per subprocess; a session start alone is ~15 s on an idle machine
@@ -195,9 +197,49 @@ def test_statement_killed_inside_is_finished_by_the_next(stage, ddl_chain):
         assert out["drop"] == {"ok": f"dropped incremental view {DB}.d"}, out
         assert out["dropped"] == {"entry": False, "store": False, "view": False, "folder": False}, out
         assert "ok" in out["create"], out["create"]
+    elif kind == "shared":
+        check_shared_recovery(step, before, out)
 
     # whatever the crash: the view equals its query, and goes on refreshing
     assert out["equal"] == {"ok": True}, out
-    assert out["refresh_after"] == {"ok": "refreshed"}, out
+    # (after a shared stage, REFRESH INCREMENTAL VIEWS has just refreshed d too)
+    assert out["refresh_after"] == {"ok": "up to date" if kind == "shared" else "refreshed"}, out
     assert out["equal_after"] == {"ok": True}, out
     assert out["parts_after"] == {"entry": True, "store": True, "view": True, "folder": True}, out
+
+
+def check_shared_recovery(step: str, before: dict, out: dict) -> None:
+    """REFRESH INCREMENTAL VIEWS killed inside the shared store's refresh (`before`: the views, their
+    queries and the store just before it), then run again in a new process (`out`)."""
+    views, queries = before["shared"]["views"], before["shared"]["queries"]
+    assert all(views[v]["ok"] != queries[v] for v in SHARED), "the changes must alter both views"
+    found, parts = out["shared_found"], before["parts"]
+    # Nothing half made: both catalog entries and views, no table but those there were, and the store at
+    # the version before the refresh (killed before its write) or one commit on (killed after it).
+    assert found["entries"] == found["views"] == sorted(SHARED) and found["tables"] == parts["tables"], found
+    assert SHARED_STORE in parts["tables"] and not {f"{v}__ivm_maps" for v in SHARED} & set(parts["tables"]), parts
+    committed = step != "before_write"
+    assert found["version"] == parts["version"] + committed, (found, parts)
+    # Both views show the same side of the commit: each its rows before the refresh, or (once committed,
+    # should a definition read the store) both their queries' rows.
+    seen = out["shared_before"]
+    assert seen["queries"] == queries, seen
+    sides = {v: "before" if seen["views"][v] == views[v] else "query" if seen["views"][v] == {"ok": queries[v]}
+             else seen["views"][v] for v in SHARED}
+    assert set(sides.values()) == {"before"} or (committed and set(sides.values()) == {"query"}), sides
+
+    # Recovery by a plain REFRESH INCREMENTAL VIEWS: the changes applied once (committed by the dead
+    # refresh, or now in one more commit), the definitions rewritten, each view its query.
+    qualified = [f"{DB}.{v}" for v in SHARED]
+    status = "up to date" if committed else "refreshed"
+    assert out["refresh_all"] == {"ok": {**{v: status for v in qualified}, f"{DB}.d": "up to date"}}, out["refresh_all"]
+    recovered = out["shared_recovered"]
+    assert recovered["version"] == parts["version"] + 1 and recovered["tables"] == parts["tables"], recovered
+    assert out["shared_equal"] == {v: {"ok": True} for v in SHARED}, out["shared_equal"]
+
+    # and both go on: a change to both tables, one commit for both views, each its query
+    assert out["refresh_all_after"] == {"ok": {v: "refreshed" for v in [*qualified, f"{DB}.d"]}}, out
+    assert out["shared_equal_after"] == {v: {"ok": True} for v in SHARED}, out["shared_equal_after"]
+    after = out["shared_after"]
+    assert after["version"] == parts["version"] + 2 and after["tables"] == parts["tables"], after
+    assert after["entries"] == after["views"] == sorted(SHARED), after

@@ -8,6 +8,9 @@
 - step tests: apply this DML, REFRESH, the view's rows are the query's rows;
 - persistence: a new process refreshes and reads a view made by an earlier one.
 
+All but the persistence test run in CI; that one, which starts two Spark processes of its own, is
+`on_demand` (tests/test_crash_resume.py refreshes views in new processes in CI).
+
 Every test works in its own database (`fresh_db`) on tiny Delta tables. The module keeps its views
 in its own catalog table (`spark.ivm.catalog`), so that SHOW / REFRESH INCREMENTAL VIEWS see only
 this module's views.
@@ -24,8 +27,9 @@ from pathlib import Path
 
 import pytest
 
-# End-to-end and long (see pyproject.toml): not in ./build.sh test; run with ./build.sh test -m runtime
-pytestmark = [pytest.mark.runtime, pytest.mark.on_demand]
+# End-to-end (see pyproject.toml): part of ./build.sh test, except the persistence test (on_demand: it
+# starts two Spark processes of its own); all of it: ./build.sh test -m runtime
+pytestmark = pytest.mark.runtime
 
 import spark_ivm
 
@@ -500,6 +504,7 @@ def persistence_run(request, tmp_path_factory):
     pool.shutdown(wait=True)
 
 
+@pytest.mark.on_demand  # two more Spark processes; tests/test_crash_resume.py resumes views in new ones in CI
 def test_views_persist_across_processes(persistence_run: Future):
     """Process 1 creates tables and a view and changes the tables (no refresh); process 2, on the
     same warehouse, refreshes the view and reads it. Each uses its own warehouse, not the fixture's:
