@@ -212,29 +212,3 @@ def test_an_engine_sees_a_refresh_made_by_another_after_its_own(ivm):
         assert engine.refresh("v")["status"] == "refreshed"
         assert _bag(spark.table("v")) == _bag(spark.sql(QUERY)), f"round {round_no}"
 
-
-def test_views_of_more_statements_than_one_plan_holds_are_computed_in_groups(ivm, monkeypatch):
-    """A store shared by views whose statements exceed heuristics.PLAN_MAX_STATEMENTS has their increments
-    computed group by group (one plan of every view's broadcasts outlasts Spark's broadcast timeout), in
-    one commit still, and every view equal to its query."""
-    from spark_ivm import heuristics
-
-    spark = ivm
-    rng = random.Random(5)
-    monkeypatch.setattr(heuristics, "PLAN_MAX_STATEMENTS", 2)
-    groups = []
-    plan_groups = heuristics.plan_groups
-    monkeypatch.setattr(heuristics, "plan_groups", lambda counts: groups.append(plan_groups(counts)) or groups[-1])
-    queries = {"a": QUERY, "b": "SELECT k, SUM(x) AS sx FROM r GROUP BY k"}
-    spark.sql("INSERT INTO r VALUES (1, 2), (NULL, 1), (2, 3), (2, 3)")
-    spark.sql("INSERT INTO s VALUES (1, 2, 1), (2, NULL, NULL), (NULL, 1, 0)")
-    for name, query in queries.items():
-        spark.sql(f"CREATE INCREMENTAL VIEW {name} WITH (store = 'grouped') AS {query}")
-    _change(spark, rng)
-    before = spark.sql("DESCRIBE HISTORY grouped").count()
-    statuses = {r["view"].split(".")[-1]: r["status"] for r in spark.sql("REFRESH INCREMENTAL VIEWS").collect()}
-    assert statuses == dict.fromkeys(queries, "refreshed")
-    assert spark.sql("DESCRIBE HISTORY grouped").count() == before + 1
-    assert any(len(g) > 1 for g in groups), groups  # the views' increments were computed in groups
-    for name, query in queries.items():
-        assert _bag(spark.table(name)) == _bag(spark.sql(query)), name

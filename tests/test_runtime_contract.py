@@ -176,10 +176,18 @@ def test_refresh_all_views(ivm, fresh_db):
     assert assert_view_is_query(spark, "v2", q2) == [(42,)]
 
 
-def test_views_sharing_a_map_store(ivm, fresh_db):
-    """Views that name one store are refreshed together in one commit; keys of one name and different
-    types get columns of their own; dropping a view removes only its rows, the last one the store."""
+def test_views_sharing_a_map_store(ivm, fresh_db, monkeypatch):
+    """Views that name one store are refreshed together in one commit, also when their trigger statements
+    are more than one Spark plan holds (heuristics.PLAN_MAX_STATEMENTS, lowered here: computed in groups);
+    keys of one name and different types get columns of their own; dropping a view removes only its rows,
+    the last one the store."""
+    from spark_ivm import heuristics
+
     spark = ivm
+    monkeypatch.setattr(heuristics, "PLAN_MAX_STATEMENTS", 2)
+    groups = []
+    plan_groups = heuristics.plan_groups
+    monkeypatch.setattr(heuristics, "plan_groups", lambda counts: groups.append(plan_groups(counts)) or groups[-1])
     spark.sql("CREATE TABLE t (g INT, v INT) USING delta")
     spark.sql("CREATE TABLE u (g STRING, w INT) USING delta")
     spark.sql("INSERT INTO t VALUES (1, 10), (2, 20), (NULL, 1)")
@@ -197,6 +205,7 @@ def test_views_sharing_a_map_store(ivm, fresh_db):
     statuses = {r["view"]: r["status"] for r in spark.sql("REFRESH INCREMENTAL VIEWS").collect()}
     assert [statuses[f"{fresh_db}.{n}"] for n in queries] == ["refreshed"] * 3
     assert spark.sql("DESCRIBE HISTORY shared_maps").count() == before + 1  # one commit for the three
+    assert any(len(g) > 1 for g in groups), groups  # their increments computed in groups
     for name, query in queries.items():
         assert_view_is_query(spark, name, query)
     spark.sql("DROP INCREMENTAL VIEW s2")
