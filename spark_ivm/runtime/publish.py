@@ -21,7 +21,7 @@ from typing import Callable
 from spark_ivm import config, heuristics
 from spark_ivm.errors import RefreshError
 from spark_ivm.runtime.deltalog import DeltaLogs
-from spark_ivm.runtime.run import INTERPRETED_SETTINGS, session_settings
+from spark_ivm.runtime.run import session_settings
 from spark_ivm.runtime.sqlgen import quote
 from spark_ivm.runtime.viewsql import (
     PROPERTY_FORM, PROPERTY_MAPS, PROPERTY_VERSION, ROWS, STORE, held_maps_sql, inlinable, map_columns, maps_sql,
@@ -98,10 +98,8 @@ class ViewForms:
         view = maps_sql(entry, maps) if maps is not None else read_view_sql(entry, f"({maps_at}) AS maps")
         columns = output_columns(entry)
         raw = ", ".join(f"{c.raw(quote(c.name))} AS {quote(c.name)}" for c in columns)
-        # Over literals, one partition: a sort then samples nothing (a job less) and a shuffle has one task;
-        # and interpreted, since compiling code for a few hundred rows at most takes longer than running it.
-        over_literals = {"spark.sql.shuffle.partitions": "1", **INTERPRETED_SETTINGS}
-        with session_settings(self.spark, over_literals if maps is not None else {}):
+        # Over literals, one partition: a sort then samples nothing (a job less) and a shuffle has one task.
+        with session_settings(self.spark, {"spark.sql.shuffle.partitions": "1"} if maps is not None else {}):
             rows = self._collect(f"SELECT {raw} FROM ({view}) AS v", inline_rows)
         if len(rows) <= inline_rows:
             for carried in ([maps, None] if maps is not None else [None]):

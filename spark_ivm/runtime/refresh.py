@@ -39,7 +39,7 @@ from spark_ivm.runtime.mapstore import (
     compact_rows_sql, key_range_sql, key_set_sql, map_conditions, sequence_sql, staged_sql,
     union_sql,
 )
-from spark_ivm.runtime.run import INTERPRETED_SETTINGS, RefreshRun, session_settings
+from spark_ivm.runtime.run import RefreshRun, session_settings
 from spark_ivm.runtime.sqlgen import VALUE, Sources, quote, shared_products, statement_sql, with_shared
 from spark_ivm.runtime.view_work import (
     FullRefreshNeeded, ViewRefresh, applied_versions, check_source, map_references, maps_read, ordered_tables,
@@ -52,6 +52,9 @@ log = logging.getLogger("spark_ivm")
 # Session settings for the refresh's own Spark work. Adaptive execution turns every broadcast and shuffle
 # of the triggers' small joins into a job of its own, and re-plans after each.
 REFRESH_SETTINGS = {"spark.sql.adaptive.enabled": "false"}
+# Session settings for a refresh that runs its plans interpreted (see heuristics.runs_interpreted): no
+# whole-stage code, and expressions evaluated without generating code for them either.
+INTERPRETED_SETTINGS = {"spark.sql.codegen.wholeStage": "false", "spark.sql.codegen.factoryMode": "NO_CODEGEN"}
 # Session settings for writing a map store: files of bounded size, so that a store written in key order
 # has files that each hold a narrow range of keys (see mapstore.key_order).
 STORE_WRITE_SETTINGS = {

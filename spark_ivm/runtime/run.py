@@ -413,10 +413,6 @@ def parallel(spark, lookup, items) -> list:
         return list(pool.map(run, items))
 
 
-# Session settings for plans run interpreted (see heuristics.runs_interpreted): no whole-stage code, and
-# expressions evaluated without generating code for them either.
-INTERPRETED_SETTINGS = {"spark.sql.codegen.wholeStage": "false", "spark.sql.codegen.factoryMode": "NO_CODEGEN"}
-
 _SETTINGS_LOCK = threading.Lock()
 # (session, key) -> [blocks setting it now, the value before the first of them]
 _SETTINGS_HELD: dict[tuple[int, str], list] = {}
