@@ -252,7 +252,7 @@ def plans_at_once(statements) -> bool:
 
 
 # See runtime/refresh.py: _materialize. A plan starts all its broadcasts at once, and Spark gives each
-# spark.sql.broadcastTimeout (300 s) to finish: a union of a few hundred trigger statements (a store shared
+# spark.sql.broadcastTimeout to finish: a union of a few hundred trigger statements (a store shared
 # by dozens of views, all with work) queues its broadcasts past that on a small cluster, or runs the driver
 # out of memory holding them. Views past the bound are computed in groups, a checkpoint (one job) each.
 PLAN_MAX_STATEMENTS = _threshold(
