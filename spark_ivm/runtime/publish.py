@@ -24,8 +24,8 @@ from spark_ivm.runtime.deltalog import DeltaLogs
 from spark_ivm.runtime.run import session_settings
 from spark_ivm.runtime.sqlgen import quote
 from spark_ivm.runtime.viewsql import (
-    PROPERTY_FORM, PROPERTY_MAPS, PROPERTY_VERSION, ROWS, STORE, held_maps_sql, inlinable, map_columns, maps_sql,
-    merged_maps, output_columns, read_view_sql, rows_view_sql, view_maps,
+    PROPERTY_FORM, PROPERTY_MAPS, PROPERTY_VERSION, ROWS, STORE, held_maps_sql, inlinable, literal_rows_sql,
+    map_columns, maps_sql, merged_maps, output_columns, read_view_sql, rows_view_sql, sorted_rows, view_maps,
 )
 
 log = logging.getLogger("spark_ivm")
@@ -95,12 +95,14 @@ class ViewForms:
         fitted = _int(current.get(PROPERTY_ROWS), inline_rows + 1) <= inline_rows
         if maps is None and not (limited or fitted or first or retry):
             return self._store_form(entry, form, version)
-        view = maps_sql(entry, maps) if maps is not None else read_view_sql(entry, f"({maps_at}) AS maps")
-        columns = output_columns(entry)
-        raw = ", ".join(f"{c.raw(quote(c.name))} AS {quote(c.name)}" for c in columns)
-        # Over literals, one partition: a sort then samples nothing (a job less) and a shuffle has one task.
-        with session_settings(self.spark, {"spark.sql.shuffle.partitions": "1"} if maps is not None else {}):
-            rows = self._collect(f"SELECT {raw} FROM ({view}) AS v", inline_rows)
+        rows = self._rows_over_literals(entry, maps) if maps is not None else None
+        if rows is None:
+            view = maps_sql(entry, maps) if maps is not None else read_view_sql(entry, f"({maps_at}) AS maps")
+            columns = output_columns(entry)
+            raw = ", ".join(f"{c.raw(quote(c.name))} AS {quote(c.name)}" for c in columns)
+            # Over literals, one partition: a sort then samples nothing (a job less) and a shuffle has one task.
+            with session_settings(self.spark, {"spark.sql.shuffle.partitions": "1"} if maps is not None else {}):
+                rows = self._collect(f"SELECT {raw} FROM ({view}) AS v", inline_rows)
         if len(rows) <= inline_rows:
             for carried in ([maps, None] if maps is not None else [None]):
                 text = rows_view_sql(entry, rows, carried)
@@ -113,6 +115,16 @@ class ViewForms:
         if form != STORE:
             self._replace(entry, STORE, version, row_count, False, read_view_sql(entry))
         return STORE
+
+    def _rows_over_literals(self, entry, maps: list[tuple]) -> list[tuple] | None:
+        """The view's rows over its maps' literals, computed while Spark plans (no job) and sorted here; None
+        where the view needs a Spark job for them (see literal_rows_sql and sorted_rows)."""
+        sql = literal_rows_sql(entry, maps)
+        if sql is None:
+            return None
+        frame = self.spark.sql(sql)
+        order_types = [f.dataType.simpleString() for f in frame.schema.fields[len(output_columns(entry)):]]
+        return sorted_rows(entry, [tuple(r) for r in frame.collect()], order_types)
 
     def _collect(self, sql: str, inline_rows: int) -> list[tuple]:
         """The query's rows, at most one more than an inline form may hold."""

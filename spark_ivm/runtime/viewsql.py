@@ -16,10 +16,13 @@ from __future__ import annotations
 
 import datetime
 import decimal
+import functools
 import math
 import re
 from dataclasses import dataclass
 from decimal import Decimal
+
+import sqlglot
 
 from spark_ivm.runtime.mapstore import StoredMap
 from spark_ivm.runtime.sqlgen import quote
@@ -138,6 +141,107 @@ def held_maps_sql(view_text: str) -> str | None:
 def maps_sql(entry, maps: list[tuple]) -> str:
     """The view's SQL over its maps' rows given as literals (raw, in map_columns order)."""
     return f"WITH {MAPS_TABLE} AS ({values_sql(maps, map_columns(entry))}) {read_view_sql(entry, MAPS_TABLE)}"
+
+
+# -- the view's rows over its maps' literals, without a Spark job ------------------------------------------
+# Spark computes a projection and a filter over literal rows while planning (a local relation), but runs a
+# job for an aggregate or a sort. So the groups are summed here, from the maps' rows (one per map and key),
+# and the rows sorted and limited here, by sort keys Spark computes beside the columns.
+ORDER_COLUMN = "__ivm_order_{}"
+_SORTABLE_TYPES = re.compile(r"tinyint|smallint|int|bigint|boolean|string|date|timestamp_ntz|binary|double|float"
+                             r"|decimal\(\d+,\d+\)")
+
+
+def literal_rows_sql(entry, maps: list[tuple]) -> str | None:
+    """SELECT of the view's rows (raw, in output column order) over its maps' rows given as literals (raw,
+    in map_columns order), followed by one column per ORDER BY item, unsorted and not limited (see
+    sorted_rows); None where the view's rows need Spark's aggregation: MIN, MAX and DISTINCT aggregates,
+    and views of rows with multiplicities (bags)."""
+    query = entry.plan.query
+    if query.bag or any(a.reduce is not None for a in query.aggregates):
+        return None
+    columns = map_columns(entry)
+    position = {c.name: i for i, c in enumerate(columns)}
+    types = dict(entry.layout.key_types)
+    stored = dict(zip((a.name for a in query.aggregates), view_maps(entry)))
+    sums = [_sum_type(m.value_type) for m in stored.values()]
+    if None in sums:
+        return None
+    key_at = [position[entry.layout.key_column(k)] for k in query.keys]
+    groups: dict[tuple, list] = {} if query.keys else {(): [None] * len(stored)}
+    for row in maps:
+        for i, m in enumerate(stored.values()):
+            if row[0] == m.map_id:
+                group = groups.setdefault(tuple(row[j] for j in key_at), [None] * len(stored))
+                group[i] = row[position[m.value_column]]
+    # A group's missing or NULL sum reads as 0, as COALESCE(SUM(…), 0) over the store does.
+    rows = [key + tuple(_zero(t) if v is None else v for v, t in zip(values, sums)) for key, values in groups.items()]
+    g = values_sql(rows, [Column(k, types[k]) for k in query.keys]
+                   + [Column(name, t) for name, t in zip(stored, sums)])
+    conditions = ([f"({query.multiplicity}) > 0"] if query.keys else []) + ([f"({query.having})"] if query.having else [])
+    where = f" WHERE {' AND '.join(conditions)}" if conditions else ""
+    cols = [f"CAST({c.sql} AS {t}) AS {quote(n)}" for c, (n, t) in zip(query.columns, entry.output_types)]
+    raw = [c.raw(quote(c.name)) for c in output_columns(entry)]
+    order = [f"{sql} AS {ORDER_COLUMN.format(i)}" for i, (sql, _, _) in enumerate(_order_items(query))]
+    return f"SELECT {', '.join(raw + order)} FROM (SELECT {', '.join(cols)} FROM ({g}) AS g{where}) AS v"
+
+
+def sorted_rows(entry, rows: list[tuple], order_types: list[str]) -> list[tuple] | None:
+    """The rows of literal_rows_sql sorted by their trailing ORDER BY columns as Spark sorts (NULLs first or
+    last as each item says, NaN above every number, strings by code point) and limited, without those
+    columns; None if a sort key's type (`order_types`, Spark SQL) is one not compared here the same way."""
+    query = entry.plan.query
+    if not all(_SORTABLE_TYPES.fullmatch(t) for t in order_types):
+        return None
+    items = [(desc, nulls_first) for _, desc, nulls_first in _order_items(query)]
+    width = len(rows[0]) - len(items) if rows else 0
+
+    def compare(a: tuple, b: tuple) -> int:
+        for (desc, nulls_first), x, y in zip(items, a[width:], b[width:]):
+            if x is None or y is None:
+                if (x is None) != (y is None):
+                    return -1 if (x is None) == nulls_first else 1
+                continue
+            x, y = _sort_value(x), _sort_value(y)
+            order = (x > y) - (x < y)
+            if order:
+                return -order if desc else order
+        return 0
+
+    ordered = sorted(rows, key=functools.cmp_to_key(compare)) if items else rows
+    limited = ordered if query.limit is None else ordered[:query.limit]
+    return [r[:width] for r in limited] if items else limited
+
+
+def _order_items(query) -> list[tuple[str, bool, bool]]:
+    """The ORDER BY items: the expression's SQL, descending, NULLs first (Spark's default where not said)."""
+    items = []
+    for o in query.order_by:
+        ordered = sqlglot.parse_one(f"SELECT 1 ORDER BY {o}", read="spark").args["order"].expressions[0]
+        items.append((ordered.this.sql("spark"), bool(ordered.args.get("desc")), bool(ordered.args.get("nulls_first"))))
+    return items
+
+
+def _sort_value(value):
+    if isinstance(value, float):
+        return (1, 0.0) if math.isnan(value) else (0, value)
+    return value
+
+
+def _sum_type(type_sql: str) -> str | None:
+    """The type of Spark's SUM over a column of the type."""
+    if type_sql in ("tinyint", "smallint", "int", "bigint"):
+        return "bigint"
+    if type_sql in ("float", "double"):
+        return "double"
+    decimal_type = re.fullmatch(r"decimal\((\d+),(\d+)\)", type_sql)
+    if decimal_type:
+        return f"decimal({min(38, int(decimal_type[1]) + 10)},{decimal_type[2]})"
+    return None
+
+
+def _zero(type_sql: str):
+    return 0.0 if type_sql == "double" else Decimal(0) if type_sql.startswith("decimal") else 0
 
 
 # -- the view's SQL over its maps --------------------------------------------------------------------------
