@@ -18,6 +18,10 @@ import logging
 import threading
 from typing import Callable
 
+from py4j.java_gateway import JavaObject
+from py4j.protocol import Py4JJavaError
+from pyspark.errors import AnalysisException
+
 from spark_ivm import config, heuristics
 from spark_ivm.errors import RefreshError
 from spark_ivm.runtime.deltalog import DeltaLogs
@@ -145,10 +149,47 @@ class ViewForms:
             return latest
 
     def _write_definition(self, entry, form: str, version: int, row_count: int, maps: bool, text: str) -> None:
-        properties = ", ".join(f"'{k}' = '{v}'" for k, v in (
-            (PROPERTY_FORM, form), (PROPERTY_VERSION, version), (PROPERTY_ROWS, row_count),
-            (PROPERTY_MAPS, "yes" if maps else "no")))
-        self.spark.sql(f"CREATE OR REPLACE VIEW {entry.name} TBLPROPERTIES ({properties}) AS {text}")
+        properties = {PROPERTY_FORM: form, PROPERTY_VERSION: str(version), PROPERTY_ROWS: str(row_count),
+                      PROPERTY_MAPS: "yes" if maps else "no"}
+        if self.logs.available and self._alter_definition(entry.name, properties, text):
+            return
+        listed = ", ".join(f"'{k}' = '{v}'" for k, v in properties.items())
+        self.spark.sql(f"CREATE OR REPLACE VIEW {entry.name} TBLPROPERTIES ({listed}) AS {text}")
+
+    def _alter_definition(self, name: str, properties: dict, text: str) -> bool:
+        """Replace the text, schema and given properties of the view's existing catalog entry in one
+        metastore update, keeping what CREATE VIEW recorded with it (the output column names, the SQL
+        settings): CREATE OR REPLACE VIEW would also drop and plan the view again. False, with nothing
+        written, where the entry is not a view with the same column names or its fields are not where
+        this expects them."""
+        js = self.spark._jsparkSession
+        catalog = js.sessionState().catalog()
+        try:
+            meta = catalog.getTableMetadata(js.sessionState().sqlParser().parseTableIdentifier(name))
+        except (AnalysisException, Py4JJavaError):  # no such view
+            return False
+        schema = self.spark.sql(text)._jdf.schema()  # analysis only, no job
+        if meta.tableType().name() != "VIEW" or list(schema.fieldNames()) != list(meta.schema().fieldNames()):
+            return False
+        # CatalogTable is a Scala case class: its copy method takes every field, whose current values are
+        # its copy$default$N methods; the fields to replace are found by their current values.
+        fields = [getattr(meta, f"copy$default${i}")() for i in range(1, meta.productArity() + 1)]
+        updated = meta.properties()
+        for key, value in properties.items():
+            updated = updated.updated(key, value)
+        replace = {"properties": (meta.properties(), updated), "viewText": (meta.viewText(), self.spark._jvm.scala.Some(text)),
+                   "schema": (meta.schema(), schema)}
+        for field, (current, new) in replace.items():
+            at = [i for i, f in enumerate(fields) if isinstance(f, JavaObject) and f.equals(current)]
+            if not at or (field != "viewText" and len(at) != 1):
+                return False
+            for i in at:  # viewText, and viewOriginalText where it holds the same text
+                fields[i] = new
+        try:
+            catalog.alterTable(meta.copy(*fields))
+        except (AnalysisException, Py4JJavaError):  # dropped meanwhile: CREATE OR REPLACE writes it, and _replace sees the store
+            return False
+        return True
 
     def _checked(self, entry, version: int, latest) -> str:
         """ROWS, unless a later commit to the store (`latest`, looked up after the replacement) raced the
