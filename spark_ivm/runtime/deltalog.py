@@ -25,6 +25,7 @@ from decimal import Decimal
 
 from spark_ivm import heuristics
 from spark_ivm.errors import IVMError
+from spark_ivm.runtime import driver_files
 
 log = logging.getLogger("spark_ivm")
 
@@ -275,12 +276,14 @@ class DeltaLogs:
         return DataFrame(delta_log.createDataFrame(jsnapshot, files, False, jvm.scala.Option.empty()), self.spark)
 
     # -- writes --------------------------------------------------------------------------------------------
-    def append(self, snapshot: TableSnapshot, df, user_metadata: str) -> tuple[int, int]:
+    def append(self, snapshot: TableSnapshot, df, user_metadata: str, held: bool = False) -> tuple[int, int]:
         """Append the DataFrame's rows to the table in one commit with the user metadata, as a transaction
         that read the whole table as of `snapshot`: Delta refuses the commit (ConcurrentCommitError) if any
         commit after that version added or removed files, so two writes computed from one version never
-        both land. Returns (the version committed, the rows written)."""
-        return self._write(snapshot, df, user_metadata, overwrite=False)
+        both land. `held`: the DataFrame's rows are on the driver (a local relation), so that, where the
+        table allows it, they are written from there without a Spark job (see driver_files). Returns (the
+        version committed, the rows written)."""
+        return self._write(snapshot, df, user_metadata, overwrite=False, held=held)
 
     def overwrite(self, snapshot: TableSnapshot, df, user_metadata: str, replacing: FileSubset | None = None
                   ) -> tuple[int, int]:
@@ -289,7 +292,7 @@ class DeltaLogs:
         return self._write(snapshot, df, user_metadata, overwrite=True, replacing=replacing)
 
     def _write(self, snapshot: TableSnapshot, df, user_metadata: str, overwrite: bool,
-               replacing: FileSubset | None = None) -> tuple[int, int]:
+               replacing: FileSubset | None = None, held: bool = False) -> tuple[int, int]:
         jvm = self.spark._jvm
         delta_log, jsnapshot, meta = snapshot.handle
         option = jvm.scala.Option
@@ -297,7 +300,13 @@ class DeltaLogs:
         txn.readWholeTable()
         # A transaction writes the rows' own types: cast them to the table's, as INSERT does.
         df = df.selectExpr(*(f"CAST(`{c.replace('`', '``')}` AS {t}) AS `{c.replace('`', '``')}`" for c, t in snapshot.columns))
-        files = txn.writeFiles(df._jdf)
+        if held and not overwrite and driver_files.writable(snapshot):
+            # A projection of a local relation: Spark computes it while planning, no job.
+            add = driver_files.write_file(snapshot, [tuple(r) for r in df.collect()])
+            action = getattr(getattr(jvm.org.apache.spark.sql.delta.actions, "Action$"), "MODULE$").fromJson(add)
+            files = jvm.scala.jdk.javaapi.CollectionConverters.asScala([action]).toList()
+        else:
+            files = txn.writeFiles(df._jdf)
         actions = files
         if overwrite:
             removed = [f.remove() for f in (replacing.files if replacing else jsnapshot.allFiles().collectAsList())]

@@ -475,7 +475,7 @@ class StoreRefresh:
                     _, written = self.logs.overwrite(store, compacted, metadata, replacing=files)
                     written = self.spark.table(staged).count()  # the refresh's rows, not the store's
                 else:
-                    _, written = self.logs.append(store, rows, metadata)
+                    _, written = self.logs.append(store, rows, metadata, held=collected is not None)
         except ConcurrentCommitError:
             raise
         except Exception as exc:

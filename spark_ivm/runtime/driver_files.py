@@ -1,0 +1,93 @@
+"""Rows the driver already holds, written as a Delta data file without a Spark job.
+
+A refresh whose increments are few collects them to the driver (for views that keep their maps as
+literals). Writing them through Spark then costs a job of one task for a handful of rows; writing the
+Parquet file here (pyarrow) and committing it as an AddFile in the same transaction gives the table the
+same rows. The file's statistics hold the row count, the NULL counts, and the lowest and highest values of
+integer and date columns: Delta and the store's reads skip files by those; a column without them is never
+skipped by.
+
+Only where the result is the same as Delta's own write: a table on the local file system, not
+partitioned, without column mapping, constraints, generated or identity columns, or a writer feature
+other than those listed; columns of types written here exactly. Otherwise the caller writes with Spark.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import re
+import time
+import uuid
+from urllib.parse import unquote, urlparse
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+# The writer features of a table these files may be added to: none of them asks anything of an AddFile.
+_WRITER_FEATURES = {"appendOnly", "invariants", "deletionVectors", "changeDataFeed"}
+_INTEGERS = {"tinyint": pa.int8(), "smallint": pa.int16(), "int": pa.int32(), "bigint": pa.int64()}
+_OTHERS = {"boolean": pa.bool_(), "string": pa.string(), "binary": pa.binary(), "double": pa.float64(),
+           "float": pa.float32(), "date": pa.date32()}
+
+
+def arrow_type(type_sql: str) -> pa.DataType | None:
+    """The Arrow type Spark reads back as the Spark SQL type; None for a type not written here."""
+    if type_sql in _INTEGERS:
+        return _INTEGERS[type_sql]
+    if type_sql in _OTHERS:
+        return _OTHERS[type_sql]
+    decimal_type = re.fullmatch(r"decimal\((\d+),(\d+)\)", type_sql)
+    return pa.decimal128(int(decimal_type[1]), int(decimal_type[2])) if decimal_type else None
+
+
+def local_folder(location: str) -> str | None:
+    """The table's folder on this machine's file system; None for any other file system."""
+    url = urlparse(location)
+    return unquote(url.path) if url.scheme in ("file", "") and url.path else None
+
+
+def writable(snapshot) -> bool:
+    """Whether a file written here is what Delta would write to the table (see the module's docstring)."""
+    _, jsnapshot, _ = snapshot.handle
+    protocol = json.loads(jsnapshot.protocol().json())["protocol"]
+    metadata = json.loads(jsnapshot.metadata().json())["metaData"]
+    configuration = metadata.get("configuration") or {}
+    fields = json.loads(metadata["schemaString"])["fields"]
+    return (local_folder(snapshot.location) is not None
+            and set(protocol.get("writerFeatures") or ()) <= _WRITER_FEATURES
+            and protocol.get("minWriterVersion", 0) in (2, 3, 4, 7)
+            and not metadata.get("partitionColumns")
+            and configuration.get("delta.columnMapping.mode", "none") == "none"
+            and not any(k.startswith("delta.constraints.") for k in configuration)
+            and all(f.get("nullable", True) and not f.get("metadata") for f in fields)
+            and all(arrow_type(t) is not None for _, t in snapshot.columns))
+
+
+def write_file(snapshot, rows: list[tuple]) -> str:
+    """Write the rows (in the table's column order and types) as one Parquet file in the table's folder;
+    the AddFile action of it, in Delta's log format (JSON)."""
+    names = [c for c, _ in snapshot.columns]
+    types = [t for _, t in snapshot.columns]
+    schema = pa.schema([pa.field(c, arrow_type(t)) for c, t in zip(names, types)])
+    columns = [list(column) for column in zip(*rows)] if rows else [[] for _ in names]
+    table = pa.table([pa.array(values, type=f.type) for values, f in zip(columns, schema)], schema=schema)
+    name = f"part-00000-{uuid.uuid4()}-c000.snappy.parquet"
+    path = os.path.join(local_folder(snapshot.location), name)
+    pq.write_table(table, path, compression="snappy")
+    nulls = {c: sum(v is None for v in values) for c, values in zip(names, columns)}
+    low, high = {}, {}
+    for c, t, values in zip(names, types, columns):
+        present = [v for v in values if v is not None]
+        if present and (t in _INTEGERS or t == "date"):
+            low[c], high[c] = _stat(min(present)), _stat(max(present))
+    stats = {"numRecords": len(rows), "minValues": low, "maxValues": high, "nullCount": nulls, "tightBounds": True}
+    add = {"path": name, "partitionValues": {}, "size": os.path.getsize(path),
+           "modificationTime": int(time.time() * 1000), "dataChange": True,
+           "stats": json.dumps(stats, separators=(",", ":"))}
+    return json.dumps({"add": add})
+
+
+def _stat(value):
+    return value.isoformat() if isinstance(value, datetime.date) else value
