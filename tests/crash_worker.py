@@ -74,6 +74,10 @@ def changes(round_no: int) -> list[str]:
 
 
 CRASH_ENV = "SPARK_IVM_CRASH_AT"
+# A worker's JVM lives for a few statements: with the JIT's first tier only (no second-tier compiler
+# threads competing for the cores) and the serial collector it does them sooner than with the defaults,
+# which suit the long-lived session of the test run (tests/conftest.py). No Spark setting changes.
+WORKER_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 
 
 def _cell(v):
@@ -99,7 +103,8 @@ def main(argv: list[str]) -> int:
     os.environ.pop(CRASH_ENV, None)
     import spark_ivm
 
-    spark = spark_ivm.session(warehouse=warehouse, log_level="ERROR")
+    spark = spark_ivm.session(warehouse=warehouse, log_level="ERROR",
+                              conf={"spark.driver.extraJavaOptions": WORKER_JAVA_OPTIONS})
     spark_ivm.enable(spark)
     if mode == "ddl":
         return ddl(spark, warehouse, int(rest[rest.index("--stage") + 1]))
@@ -130,7 +135,8 @@ def main(argv: list[str]) -> int:
             return 0
     else:
         raise SystemExit(f"unknown mode {mode!r}")
-    created = {"created_view": rows(spark.table(VIEW)), "created_query": rows(spark.sql(QUERY))}
+    # (after verify, the tables are as the query was read there: REFRESH changes no source table)
+    created = {"created_view": rows(spark.table(VIEW)), "created_query": out.get("query") or rows(spark.sql(QUERY))}
     # printed now: a crash below ends the process before anything else
     print("CREATED " + json.dumps(created), flush=True)
     for s in changes(round_no):
@@ -191,8 +197,9 @@ def _parts(spark, warehouse: str) -> dict:
             "view": spark.catalog.tableExists(f"{DB}.{DDL_VIEW}"), "folder": os.path.isdir(folder)}
 
 
-def _equal(spark) -> bool:
-    return rows(spark.table(DDL_VIEW)) == rows(spark.sql(QUERY))
+def _equal(spark, query_rows: list | None = None) -> bool:
+    """The view's rows are its query's (`query_rows`: the query's rows, read since the tables last changed)."""
+    return rows(spark.table(DDL_VIEW)) == (rows(spark.sql(QUERY)) if query_rows is None else query_rows)
 
 
 def _shared_parts(spark) -> dict:
@@ -246,7 +253,8 @@ def _ddl_recover(spark, warehouse: str, kind: str, round_no: int) -> dict:
         out["refresh_all"] = _attempt(lambda: _refresh_all(spark))
         out["shared_recovered"] = _shared_parts(spark)
         out["shared_equal"] = _shared_equal(spark)
-    out["equal"] = _attempt(lambda: _equal(spark))
+    # the statements above change no table: the query's rows are still those read before them
+    out["equal"] = _attempt(lambda: _equal(spark, out["query_before"]))
     # and the view goes on: a change, a refresh
     for statement in changes(50 + round_no):
         spark.sql(statement)
@@ -269,12 +277,14 @@ def ddl(spark, warehouse: str, stage: int) -> int:
             spark.sql(s)
     else:
         kind, _ = DDL_STAGES[stage - 1]
-        print("RECOVERED " + json.dumps(_ddl_recover(spark, warehouse, kind, stage)), flush=True)
+        recovered = _ddl_recover(spark, warehouse, kind, stage)
+        print("RECOVERED " + json.dumps(recovered), flush=True)
     if stage == len(DDL_STAGES):
         spark.stop()
         return 0
     kind, step = DDL_STAGES[stage]
-    exists = _parts(spark, warehouse)
+    # the view's parts as the recovery left them (its last reading), or as stage 0 starts
+    exists = recovered["parts_after"] if stage else _parts(spark, warehouse)
     if kind == "create" and exists["entry"]:
         spark.sql(f"DROP INCREMENTAL VIEW {DDL_VIEW}")
     elif kind != "create" and not exists["entry"]:
