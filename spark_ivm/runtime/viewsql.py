@@ -148,8 +148,9 @@ def maps_sql(entry, maps: list[tuple]) -> str:
 # job for an aggregate or a sort. So the groups are summed here, from the maps' rows (one per map and key),
 # and the rows sorted and limited here, by sort keys Spark computes beside the columns.
 ORDER_COLUMN = "__ivm_order_{}"
-_SORTABLE_TYPES = re.compile(r"tinyint|smallint|int|bigint|boolean|string|date|timestamp_ntz|binary|double|float"
-                             r"|decimal\(\d+,\d+\)")
+# Sort keys of the types whose Python values compare as Spark's do (a TIMESTAMP's depends on the driver's
+# time zone): those written exactly as literals.
+_SORTABLE_TYPES = _EXACT_TYPES
 
 
 def literal_rows_sql(entry, maps: list[tuple]) -> str | None:
