@@ -32,6 +32,11 @@ def _same(x, y) -> bool:
     return x == y and type(x) is type(y)
 
 
+def _same_rows(got, want) -> bool:
+    """The same rows in the same order, value for value (NaN equal to NaN)."""
+    return len(got) == len(want) and all(all(_same(g, w) for g, w in zip(gr, wr)) for gr, wr in zip(got, want))
+
+
 @pytest.fixture
 def ivm(spark, fresh_db):
     spark_ivm.enable(spark)
@@ -112,8 +117,7 @@ def test_rows_over_literals_are_sorted_and_limited_as_spark_does_without_a_job(i
             spark.sql("REFRESH INCREMENTAL VIEWS").collect()
         for name, query in SORTED_VIEWS.items():
             want, got = spark.sql(query).collect(), spark.table(name).collect()
-            assert len(got) == len(want) and all(
-                all(_same(g, w) for g, w in zip(gr, wr)) for gr, wr in zip(got, want)), (name, got, want)
+            assert _same_rows(got, want), (name, got, want)
             # The same rows, in order, computed from the maps' literals while Spark plans: no job.
             entry = engine.entry(name)
             maps = [tuple(r) for r in spark.sql(held_maps_sql(forms.current(name)["text"])).collect()]
@@ -125,8 +129,7 @@ def test_rows_over_literals_are_sorted_and_limited_as_spark_does_without_a_job(i
                 sc.setLocalProperty("spark.jobGroup.id", None)
             assert sc.statusTracker().getJobIdsForGroup(f"literals_{name}") == []
             raw = spark.sql(f"SELECT * FROM {name}").collect()
-            assert rows is not None and len(rows) == len(raw) and all(
-                all(_same(g, w) for g, w in zip(gr, wr)) for gr, wr in zip(rows, raw)), (name, rows, raw)
+            assert rows is not None and _same_rows(rows, raw), (name, rows, raw)
 
 
 def test_rows_sorted_here_put_nulls_and_nan_where_spark_does():

@@ -179,12 +179,10 @@ def literal_rows_sql(entry, maps: list[tuple]) -> str | None:
     rows = [key + tuple(_zero(t) if v is None else v for v, t in zip(values, sums)) for key, values in groups.items()]
     g = values_sql(rows, [Column(k, types[k]) for k in query.keys]
                    + [Column(name, t) for name, t in zip(stored, sums)])
-    conditions = ([f"({query.multiplicity}) > 0"] if query.keys else []) + ([f"({query.having})"] if query.having else [])
-    where = f" WHERE {' AND '.join(conditions)}" if conditions else ""
-    cols = [f"CAST({c.sql} AS {t}) AS {quote(n)}" for c, (n, t) in zip(query.columns, entry.output_types)]
     raw = [c.raw(quote(c.name)) for c in output_columns(entry)]
-    order = [f"{sql} AS {ORDER_COLUMN.format(i)}" for i, (sql, _, _) in enumerate(_order_items(query))]
-    return f"SELECT {', '.join(raw + order)} FROM (SELECT {', '.join(cols)} FROM ({g}) AS g{where}) AS v"
+    order = [f"{sql} AS {ORDER_COLUMN.format(i)}" for i, (sql, _, _) in enumerate(_order_items(query.order_by))]
+    return (f"SELECT {', '.join(raw + order)} FROM "
+            f"(SELECT {', '.join(_typed_columns(entry))} FROM ({g}) AS g{_live_groups(query)}) AS v")
 
 
 def sorted_rows(entry, rows: list[tuple], order_types: list[str]) -> list[tuple] | None:
@@ -194,7 +192,7 @@ def sorted_rows(entry, rows: list[tuple], order_types: list[str]) -> list[tuple]
     query = entry.plan.query
     if not all(_SORTABLE_TYPES.fullmatch(t) for t in order_types):
         return None
-    items = [(desc, nulls_first) for _, desc, nulls_first in _order_items(query)]
+    items = [(desc, nulls_first) for _, desc, nulls_first in _order_items(query.order_by)]
     width = len(rows[0]) - len(items) if rows else 0
 
     def compare(a: tuple, b: tuple) -> int:
@@ -214,13 +212,15 @@ def sorted_rows(entry, rows: list[tuple], order_types: list[str]) -> list[tuple]
     return [r[:width] for r in limited] if items else limited
 
 
-def _order_items(query) -> list[tuple[str, bool, bool]]:
-    """The ORDER BY items: the expression's SQL, descending, NULLs first (Spark's default where not said)."""
+@functools.lru_cache(maxsize=256)
+def _order_items(order_by: tuple[str, ...]) -> tuple[tuple[str, bool, bool], ...]:
+    """The ORDER BY items: the expression's SQL, descending, NULLs first (Spark's default where not said).
+    Parsed once per view's ORDER BY, not at every refresh."""
     items = []
-    for o in query.order_by:
+    for o in order_by:
         ordered = sqlglot.parse_one(f"SELECT 1 ORDER BY {o}", read="spark").args["order"].expressions[0]
         items.append((ordered.this.sql("spark"), bool(ordered.args.get("desc")), bool(ordered.args.get("nulls_first"))))
-    return items
+    return tuple(items)
 
 
 def _sort_value(value):
@@ -329,22 +329,26 @@ def read_view_sql(entry, table: str | None = None) -> str:
         sub = f"SELECT {', '.join(side_keys + [f'{reduced} AS {quote(a.name)}'])} FROM ({present}) AS present{group}"
         on = " AND ".join(f"g.{quote(k)} <=> r{i}.{quote('__r_' + k)}" for k in query.keys)
         body += f" LEFT JOIN ({sub}) AS r{i} ON {on}" if on else f" CROSS JOIN ({sub}) AS r{i}"
-    conditions = []
-    if query.keys:
-        conditions.append(f"({query.multiplicity}) > 0")
-    if query.having:
-        conditions.append(f"({query.having})")
-    where = f" WHERE {' AND '.join(conditions)}" if conditions else ""
-    cols = [f"CAST({c.sql} AS {t}) AS {quote(n)}" for c, (n, t) in zip(query.columns, entry.output_types)]
-    select = f"SELECT {', '.join(cols)} FROM {body}"
+    select = f"SELECT {', '.join(_typed_columns(entry))} FROM {body}"
     if query.bag and not query.distinct:
         select += f" LATERAL VIEW explode(sequence(1, CAST({query.multiplicity} AS BIGINT))) copies AS __copy"
-    select += where
+    select += _live_groups(query)
     if query.order_by:
         select = f"SELECT * FROM ({select}) AS o ORDER BY {', '.join(query.order_by)}"
     if query.limit is not None:
         select += f" LIMIT {query.limit}"
     return select
+
+
+def _typed_columns(entry) -> list[str]:
+    """The view's columns over its groups (keys and aggregates by name), cast to the query's types."""
+    return [f"CAST({c.sql} AS {t}) AS {quote(n)}" for c, (n, t) in zip(entry.plan.query.columns, entry.output_types)]
+
+
+def _live_groups(query) -> str:
+    """The WHERE clause keeping the groups the view shows: live ones (grouped views) passing HAVING."""
+    conditions = ([f"({query.multiplicity}) > 0"] if query.keys else []) + ([f"({query.having})"] if query.having else [])
+    return f" WHERE {' AND '.join(conditions)}" if conditions else ""
 
 
 _REDUCERS = {
