@@ -190,6 +190,29 @@ STORE_LISTED_FILES_MAX = _threshold(
     "STORE_LISTED_FILES_MAX", 10_000,
     "A map store's Delta checksum lists its files when it has at most this many (Delta's default is 50).")
 
+# Building a store (CREATE, a full refresh) and compacting all of it shuffle every row it holds. At the
+# session's shuffle partitions (2 in a local session, which suits a refresh's small batches) each task of a
+# large view's build held tens of millions of rows and the 4 GB driver ran out of heap (TPC-H Q12 at SF 10).
+# Such a write gets a partition per STORE_WRITE_PARTITION_BYTES of what it reads, and the rows it writes are
+# then range-partitioned by map and key, so that each task still writes a narrow range of keys (see
+# mapstore.key_order): sorted only within many hash partitions, every task would write a file holding
+# a part of every key range, and a refresh reading a few keys would open one file per task.
+STORE_WRITE_PARTITION_BYTES = _threshold(
+    "STORE_WRITE_PARTITION_BYTES", 128 * 1024 * 1024,
+    "Building a map store or compacting all of it uses a shuffle partition per this many bytes (on disk) "
+    "of the tables it reads, when that is more than the session's shuffle partitions.")
+STORE_WRITE_MAX_PARTITIONS = _threshold(
+    "STORE_WRITE_MAX_PARTITIONS", 2000,
+    "At most this many shuffle partitions for building or compacting a map store.")
+
+
+def store_write_partitions(read_bytes: int | None, shuffle_partitions: str | None) -> int | None:
+    """The shuffle partitions of a store build or whole-store compaction that reads `read_bytes` (on
+    disk); None where the session's own number (`shuffle_partitions`) is as many."""
+    wanted = min(STORE_WRITE_MAX_PARTITIONS, -(-(read_bytes or 0) // STORE_WRITE_PARTITION_BYTES))
+    return wanted if wanted > checkpoint_partitions(shuffle_partitions) else None
+
+
 # Every spark.ivm.compactEvery-th refresh compacts the store. Most compactions rewrite only its small files
 # (fewer than STORE_FILE_ROWS rows: the refreshes' appends, what earlier such compactions wrote, the last
 # file of a build), summed per key with the refresh's increments, so that they cost what the changes do,

@@ -163,6 +163,64 @@ def test_a_refresh_reads_only_the_store_files_of_the_keys_its_batch_touches(ivm,
     assert copied < 0.1 * rows
 
 
+def _overlapping_files(spark, store: str) -> list[tuple]:
+    """Pairs of the store's files whose ranges of one map's keys overlap: for each map, its first key
+    column in the store's order (the one its rows are sorted by first; NULL keys left out)."""
+    keys = [c for c in spark.table(store).columns if c.startswith("k_")]
+    rows = spark.sql(f"SELECT input_file_name() AS f, * FROM {store} WHERE map_id >= 0").collect()
+    by_map: dict[int, dict[str, list]] = {}
+    for r in rows:
+        used = next((k for k in keys if r[k] is not None), None)
+        if used is not None:
+            by_map.setdefault((r["map_id"], used), {}).setdefault(r["f"], []).append(r[used])
+    overlapping = []
+    for (map_id, key), files in by_map.items():
+        ranges = sorted((min(v), max(v), f) for f, v in files.items())
+        overlapping += [(map_id, key, a, b) for a, b in zip(ranges, ranges[1:]) if b[0] < a[1]]
+    return overlapping
+
+
+@pytest.mark.parametrize("write", ["build", "compaction"])
+def test_a_store_written_by_many_tasks_has_each_key_range_in_one_file(ivm, monkeypatch, write):
+    from spark_ivm import heuristics
+
+    spark = ivm
+    monkeypatch.setitem(refresh.STORE_WRITE_SETTINGS, "spark.sql.files.maxRecordsPerFile", "50")
+    spark.sql("INSERT INTO r SELECT CAST(id AS INT), CAST(id % 7 AS INT) FROM range(1000)")
+    spark.sql("INSERT INTO s SELECT CAST(id AS INT), CAST(id % 5 AS INT), CAST(id % 3 AS INT) FROM range(1000)")
+    spark.sql("INSERT INTO r VALUES (NULL, 4), (NULL, 4), (7, NULL)")  # NULL keys, duplicates
+    # A partition per 4 KB of what the write reads: the sources, or the store, of a few KB each.
+    chosen = []
+
+    def many():
+        monkeypatch.setattr(heuristics, "STORE_WRITE_PARTITION_BYTES", 4096)
+        real = heuristics.store_write_partitions
+        monkeypatch.setattr(heuristics, "store_write_partitions", lambda *a: chosen.append(real(*a)) or chosen[-1])
+
+    if write == "build":
+        many()
+    spark.sql(f"CREATE INCREMENTAL VIEW v AS {QUERY}")
+    if write == "compaction":
+        many()
+        monkeypatch.setattr(heuristics, "WHOLE_STORE_COMPACTION_EVERY", 1)
+        spark.conf.set(COMPACT_CONF, "1")
+        spark.sql("INSERT INTO r VALUES (990, 5), (3, 1)")
+        spark.sql("DELETE FROM s WHERE k = 500")
+        assert spark.sql("REFRESH INCREMENTAL VIEW v").collect()[0]["status"] == "refreshed"
+    assert chosen and chosen[0] > 2  # the write ran in more tasks than the session's 2 partitions
+    assert _bag(spark.table("v")) == _bag(spark.sql(QUERY))
+    _assert_one_live_row_per_key(spark.sql("SELECT * FROM v__ivm_maps WHERE map_id >= 0"))
+    assert not _overlapping_files(spark, "v__ivm_maps")
+    # And a refresh after it reads only the files of its batch's keys.
+    read = _store_reads(spark, monkeypatch, "v__ivm_maps")
+    spark.sql("INSERT INTO r VALUES (995, 1)")
+    assert spark.sql("REFRESH INCREMENTAL VIEW v").collect()[0]["status"] == "refreshed"
+    assert _bag(spark.table("v")) == _bag(spark.sql(QUERY))
+    if write == "build":  # the spy reads the store as first created
+        (copied, files, rows, all_files), = read
+        assert files < 0.2 * all_files
+
+
 def test_a_write_computed_from_an_older_store_version_is_refused(ivm):
     spark = ivm
     spark.sql("INSERT INTO r VALUES (1, 2)")

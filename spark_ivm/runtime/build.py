@@ -21,9 +21,10 @@ from spark_ivm.runtime.sqlgen import VALUE, statement_sql
 
 
 def write_maps(engine, name, sql, options, store, plan: Plan, relation_tables, source_columns, output_types,
-               versions, run: RefreshRun, members: list[ViewEntry]) -> ViewEntry:
+               versions, run: RefreshRun, members: list[ViewEntry], source_bytes: int | None = None) -> ViewEntry:
     """Compute the maps from the sources as of `versions` into the store, beside those of the store's other
-    views (`members`), and write the user's view; the view's entry."""
+    views (`members`), and write the user's view; the view's entry. source_bytes: the sources' size on
+    disk, which sets the write's parallelism (heuristics.store_write_partitions)."""
     spark = engine.spark
     maps_from = sources(run, relation_tables, source_columns, versions, None)
     # Maps that sum different values over the same product per the same keys (a view's SUMs and
@@ -53,10 +54,13 @@ def write_maps(engine, name, sql, options, store, plan: Plan, relation_tables, s
          else layout.fused_rows_sql(maps, sql, store_columns, live=True) for maps, sql in queries]
         + [layout.progress_sql(progress, store_columns)]
         + ([sequence_sql(0, store_columns)] if new_store else []))
-    rows = ordered_rows_sql(rows, store_columns)
+    partitions = heuristics.store_write_partitions(source_bytes, spark.conf.get("spark.sql.shuffle.partitions", None))
+    rows = ordered_rows_sql(rows, store_columns, partitions)
     # A new store's bookkeeping is all in this commit, so its user metadata can say what it is (a shared
     # store's first refresh reads the other views' bookkeeping from its rows).
     settings = dict(STORE_WRITE_SETTINGS)
+    if partitions:
+        settings["spark.sql.shuffle.partitions"] = str(partitions)
     if new_store:
         settings["spark.databricks.delta.commitInfo.userMetadata"] = bookkeeping_metadata(
             {layout.progress_id: progress, SEQUENCE_ID: {SEQUENCE: 0}})

@@ -333,7 +333,8 @@ class Engine:
                     run.read_source_once(table, version)
             members = [e for e in self._store_members(store, entries) if e.name != name]
             entry = write_maps(self, name, sql, options, store, plan, relation_tables, source_columns,
-                               output_types, versions, run, members)
+                               output_types, versions, run, members,
+                               source_bytes=sum(size or 0 for _, size, _ in looked_up.values()))
             entry.source_ids = ids
             return entry
 

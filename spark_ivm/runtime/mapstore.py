@@ -286,10 +286,10 @@ def append_sql(table: str, staged: str) -> str:
     return f"INSERT INTO {table} SELECT * FROM {staged}"
 
 
-def compact_rows_sql(table: str, staged: str, store: StoreColumns) -> str:
+def compact_rows_sql(table: str, staged: str, store: StoreColumns, partitions: int | None = None) -> str:
     """The store's rows (of `table`, a table expression of them) plus the staged ones, one row per map and
     key: values summed, keys whose values all sum to 0 dropped, bookkeeping rows reduced to their latest
-    value; in key order (see key_order).
+    value; in key order (see key_order), in `partitions` ranges of keys if given.
 
     Keys group NULL-safely (GROUP BY treats NULL as a value), so NULL group keys stay keys."""
     keys = ["map_id"] + store.keys + ["src"]
@@ -299,9 +299,9 @@ def compact_rows_sql(table: str, staged: str, store: StoreColumns) -> str:
               else f"MAX({c}) AS {c}"
               for c, t in store.columns]
     live = " OR ".join(f"COALESCE(SUM({c}), 0) <> 0" for c in values) or "FALSE"
-    return (f"SELECT {', '.join(select)} FROM "
-            f"(SELECT * FROM {table} UNION ALL SELECT * FROM {staged}) AS rows "
-            f"GROUP BY {', '.join(keys)} HAVING map_id < 0 OR {live} {key_order(store)}")
+    return ordered_rows_sql(f"SELECT {', '.join(select)} FROM "
+                            f"(SELECT * FROM {table} UNION ALL SELECT * FROM {staged}) AS rows "
+                            f"GROUP BY {', '.join(keys)} HAVING map_id < 0 OR {live}", store, partitions)
 
 
 def key_order(store: StoreColumns) -> str:
@@ -314,9 +314,13 @@ def key_order(store: StoreColumns) -> str:
     return f"SORT BY {', '.join(['map_id'] + store.keys)}"
 
 
-def ordered_rows_sql(rows: str, store: StoreColumns) -> str:
-    """The store rows of the query `rows`, in key order (see key_order)."""
-    return f"SELECT * FROM ({rows}) AS r {key_order(store)}"
+def ordered_rows_sql(rows: str, store: StoreColumns, partitions: int | None = None) -> str:
+    """The store rows of the query `rows`, in key order (see key_order). With `partitions`, written by that
+    many tasks, each a range of maps and keys (a sampling job and a shuffle more): a large store written
+    by many tasks, each sorting its own part of every range, would leave every range in every task's
+    files (see heuristics.store_write_partitions)."""
+    ranged = f"/*+ REPARTITION_BY_RANGE({partitions}, {', '.join(['map_id'] + store.keys)}) */ " if partitions else ""
+    return f"SELECT {ranged}* FROM ({rows}) AS r {key_order(store)}"
 
 
 def live_rows_sql(table: str, store: StoreColumns) -> str:

@@ -471,8 +471,11 @@ class StoreRefresh:
                 if compact:
                     files = self._compacted_files(store, sequence // compact_every)
                     rows_of = run.register(files.frame) if files else run.pinned(self.store, store.version)
-                    compacted = self.spark.sql(compact_rows_sql(rows_of, staged, store_columns))
-                    _, written = self.logs.overwrite(store, compacted, metadata, replacing=files)
+                    partitions = None if files else heuristics.store_write_partitions(
+                        store.size_bytes, self.spark.conf.get("spark.sql.shuffle.partitions", None))
+                    with session_settings(self.spark, {"spark.sql.shuffle.partitions": str(partitions)} if partitions else {}):
+                        compacted = self.spark.sql(compact_rows_sql(rows_of, staged, store_columns, partitions))
+                        _, written = self.logs.overwrite(store, compacted, metadata, replacing=files)
                     written = self.spark.table(staged).count()  # the refresh's rows, not the store's
                 else:
                     _, written = self.logs.append(store, rows, metadata, held=collected is not None)
