@@ -74,6 +74,12 @@ def changes(round_no: int) -> list[str]:
 
 
 CRASH_ENV = "SPARK_IVM_CRASH_AT"
+# A worker's JVM lives for a few statements: with the JIT's first tier only (no second-tier compiler
+# threads competing for the cores) and the serial collector it does them sooner than with the defaults,
+# which suit the long-lived session of the test run (tests/conftest.py). First-tier code is larger than
+# optimized code, and without tiering the JVM reserves only 48 MB for it, which a worker that creates
+# several views fills (the JIT then stops for good): hence the larger code cache. No Spark setting changes.
+WORKER_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=256m -XX:+UseSerialGC"
 
 
 def _cell(v):
@@ -99,7 +105,8 @@ def main(argv: list[str]) -> int:
     os.environ.pop(CRASH_ENV, None)
     import spark_ivm
 
-    spark = spark_ivm.session(warehouse=warehouse, log_level="ERROR")
+    spark = spark_ivm.session(warehouse=warehouse, log_level="ERROR",
+                              conf={"spark.driver.extraJavaOptions": WORKER_JAVA_OPTIONS})
     spark_ivm.enable(spark)
     if mode == "ddl":
         return ddl(spark, warehouse, int(rest[rest.index("--stage") + 1]))
