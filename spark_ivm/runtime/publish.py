@@ -25,7 +25,7 @@ from pyspark.errors import AnalysisException
 from spark_ivm import config, heuristics
 from spark_ivm.errors import RefreshError
 from spark_ivm.runtime.deltalog import DeltaLogs
-from spark_ivm.runtime.run import session_settings
+from spark_ivm.runtime.run import COLLECT_SETTINGS, session_settings
 from spark_ivm.runtime.sqlgen import quote
 from spark_ivm.runtime.viewsql import (
     PROPERTY_FORM, PROPERTY_MAPS, PROPERTY_VERSION, ROWS, STORE, held_maps_sql, inlinable, literal_rows_sql,
@@ -131,8 +131,10 @@ class ViewForms:
         return sorted_rows(entry, [tuple(r) for r in frame.collect()], order_types)
 
     def _collect(self, sql: str, inline_rows: int) -> list[tuple]:
-        """The query's rows, at most one more than an inline form may hold."""
-        return [tuple(r) for r in self.spark.sql(f"{sql} LIMIT {inline_rows + 1}").collect()]
+        """The query's rows, at most one more than an inline form may hold (in one Spark job: the view's
+        rows are usually fewer than the limit, and spread over the partitions)."""
+        with session_settings(self.spark, COLLECT_SETTINGS):
+            return [tuple(r) for r in self.spark.sql(f"{sql} LIMIT {inline_rows + 1}").collect()]
 
     def _replace(self, entry, form: str, version: int, row_count: int, maps: bool, text: str):
         """Write the definition; the store's latest snapshot after that (None where logs are out of reach)."""

@@ -39,7 +39,7 @@ from spark_ivm.runtime.mapstore import (
     compact_rows_sql, key_range_sql, key_set_sql, map_conditions, sequence_sql, staged_sql,
     union_sql,
 )
-from spark_ivm.runtime.run import RefreshRun, session_settings
+from spark_ivm.runtime.run import COLLECT_SETTINGS, RefreshRun, session_settings
 from spark_ivm.runtime.sqlgen import VALUE, Sources, quote, shared_products, statement_sql, with_shared
 from spark_ivm.runtime.view_work import (
     FullRefreshNeeded, ViewRefresh, applied_versions, check_source, map_references, maps_read, ordered_tables,
@@ -65,9 +65,6 @@ STORE_WRITE_SETTINGS = {
     "spark.databricks.delta.allFilesInCrc.thresholdNumFiles": str(heuristics.STORE_LISTED_FILES_MAX),
     "spark.databricks.delta.allFilesInCrc.verificationMode.forceOnNonUTC.enabled": "false",
 }
-# A collect of the first n rows of a query scans this many of its partitions in its first job (Spark's
-# default, 1, takes a job per partition when the rows are fewer than asked for).
-COLLECT_SETTINGS = {"spark.sql.limit.initialNumPartitions": "1000000"}
 CRASH_ENV = "SPARK_IVM_CRASH_AT"  # test hook: exit the process abruptly at a named refresh step
 
 

@@ -418,6 +418,11 @@ _SETTINGS_LOCK = threading.Lock()
 _SETTINGS_HELD: dict[tuple[int, str], list] = {}
 
 
+# A collect of the first n rows of a query scans this many of its partitions in its first job (Spark's
+# default, 1, takes a job per partition when the rows are fewer than asked for).
+COLLECT_SETTINGS = {"spark.sql.limit.initialNumPartitions": "1000000"}
+
+
 @contextlib.contextmanager
 def session_settings(spark, settings: dict[str, str]):
     """Set Spark session settings for the duration of a block, then restore what was there.
