@@ -168,7 +168,7 @@ def _overlapping_files(spark, store: str) -> list[tuple]:
     column in the store's order (the one its rows are sorted by first; NULL keys left out)."""
     keys = [c for c in spark.table(store).columns if c.startswith("k_")]
     rows = spark.sql(f"SELECT input_file_name() AS f, * FROM {store} WHERE map_id >= 0").collect()
-    by_map: dict[int, dict[str, list]] = {}
+    by_map: dict[tuple[int, str], dict[str, list]] = {}
     for r in rows:
         used = next((k for k in keys if r[k] is not None), None)
         if used is not None:
