@@ -16,7 +16,7 @@ from spark_ivm.runtime.mapstore import (
     ordered_rows_sql, sequence_sql,
 )
 from spark_ivm.runtime.refresh import INTEGRAL_TYPES, STORE_WRITE_SETTINGS, crash_point, sources
-from spark_ivm.runtime.run import RefreshRun, parallel, session_settings
+from spark_ivm.runtime.run import RefreshRun, parallel, session_settings, store_write_parallelism
 from spark_ivm.runtime.sqlgen import VALUE, statement_sql
 
 
@@ -54,13 +54,11 @@ def write_maps(engine, name, sql, options, store, plan: Plan, relation_tables, s
          else layout.fused_rows_sql(maps, sql, store_columns, live=True) for maps, sql in queries]
         + [layout.progress_sql(progress, store_columns)]
         + ([sequence_sql(0, store_columns)] if new_store else []))
-    partitions = heuristics.store_write_partitions(source_bytes, spark.conf.get("spark.sql.shuffle.partitions", None))
+    partitions, parallelism = store_write_parallelism(spark, source_bytes)
     rows = ordered_rows_sql(rows, store_columns, partitions)
     # A new store's bookkeeping is all in this commit, so its user metadata can say what it is (a shared
     # store's first refresh reads the other views' bookkeeping from its rows).
-    settings = dict(STORE_WRITE_SETTINGS)
-    if partitions:
-        settings["spark.sql.shuffle.partitions"] = str(partitions)
+    settings = {**STORE_WRITE_SETTINGS, **parallelism}
     if new_store:
         settings["spark.databricks.delta.commitInfo.userMetadata"] = bookkeeping_metadata(
             {layout.progress_id: progress, SEQUENCE_ID: {SEQUENCE: 0}})

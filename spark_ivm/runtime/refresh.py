@@ -39,7 +39,7 @@ from spark_ivm.runtime.mapstore import (
     compact_rows_sql, key_range_sql, key_set_sql, map_conditions, sequence_sql, staged_sql,
     union_sql,
 )
-from spark_ivm.runtime.run import COLLECT_SETTINGS, RefreshRun, session_settings
+from spark_ivm.runtime.run import COLLECT_SETTINGS, RefreshRun, session_settings, store_write_parallelism
 from spark_ivm.runtime.sqlgen import VALUE, Sources, quote, shared_products, statement_sql, with_shared
 from spark_ivm.runtime.view_work import (
     FullRefreshNeeded, ViewRefresh, applied_versions, check_source, map_references, maps_read, ordered_tables,
@@ -468,9 +468,8 @@ class StoreRefresh:
                 if compact:
                     files = self._compacted_files(store, sequence // compact_every)
                     rows_of = run.register(files.frame) if files else run.pinned(self.store, store.version)
-                    partitions = None if files else heuristics.store_write_partitions(
-                        store.size_bytes, self.spark.conf.get("spark.sql.shuffle.partitions", None))
-                    with session_settings(self.spark, {"spark.sql.shuffle.partitions": str(partitions)} if partitions else {}):
+                    partitions, parallelism = (None, {}) if files else store_write_parallelism(self.spark, store.size_bytes)
+                    with session_settings(self.spark, parallelism):
                         compacted = self.spark.sql(compact_rows_sql(rows_of, staged, store_columns, partitions))
                         _, written = self.logs.overwrite(store, compacted, metadata, replacing=files)
                     written = self.spark.table(staged).count()  # the refresh's rows, not the store's

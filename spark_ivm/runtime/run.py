@@ -423,6 +423,14 @@ _SETTINGS_HELD: dict[tuple[int, str], list] = {}
 COLLECT_SETTINGS = {"spark.sql.limit.initialNumPartitions": "1000000"}
 
 
+def store_write_parallelism(spark, read_bytes: int | None) -> tuple[int | None, dict[str, str]]:
+    """The partitions of a store build or whole-store compaction that reads `read_bytes` (None: the
+    session's own number), and the session setting that gives its shuffles that many (see
+    heuristics.store_write_partitions); the write's SQL ranges its rows by them (mapstore.ordered_rows_sql)."""
+    partitions = heuristics.store_write_partitions(read_bytes, spark.conf.get("spark.sql.shuffle.partitions", None))
+    return partitions, ({"spark.sql.shuffle.partitions": str(partitions)} if partitions else {})
+
+
 @contextlib.contextmanager
 def session_settings(spark, settings: dict[str, str]):
     """Set Spark session settings for the duration of a block, then restore what was there.
