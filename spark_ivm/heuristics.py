@@ -310,6 +310,27 @@ INLINE_SQL_CHARS_MAX = _threshold(
     "A view holds its rows (and its maps' rows) as literals only while its SQL text stays within this many "
     "characters (and spark.ivm.inlineRows rows).")
 
+# See runtime/top_rows.py. A larger buffer outlasts more changes to the leading groups before the store is
+# read whole again, but every refresh writes it into the view's definition (INLINE_SQL_CHARS_MAX trims it).
+TOP_GROUPS_KEPT = _threshold(
+    "TOP_GROUPS_KEPT", 200,
+    "A view of the first rows of an ordering (ORDER BY … LIMIT) carries the maps of at most this many of its "
+    "leading groups, so that a refresh reads from the store only the groups it changed.")
+
+# Reading a view's changed groups at their keys costs a Spark job whatever the store's size; reading all
+# its groups grows with the store. In small stores the two cost the same, and the buffer's upkeep (its
+# literals, a job to collect the increments) tips the balance.
+TOP_BUFFER_STORE_BYTES = _threshold(
+    "TOP_BUFFER_STORE_BYTES", 64 * 1024 * 1024,
+    "A view of the first rows of an ordering keeps the buffer of its leading groups (TOP_GROUPS_KEPT) when "
+    "its map store holds at least this many bytes.")
+
+
+def keeps_leading_groups(store_bytes: int | None) -> bool:
+    """Whether a view of an ordering's first rows over a map store of this size (None: unknown) keeps the
+    buffer of its leading groups (see runtime/top_rows.py)."""
+    return store_bytes is not None and store_bytes >= TOP_BUFFER_STORE_BYTES
+
 # Instead of computing the increments into a checkpoint that the append then reads, when every view a
 # refresh refreshes holds its maps inline: the driver then has the increments of those maps to add to the
 # literals, with no further job. More rows are computed again into a checkpoint.

@@ -24,11 +24,12 @@ from pyspark.errors import AnalysisException
 
 from spark_ivm import config, heuristics
 from spark_ivm.errors import RefreshError
+from spark_ivm.runtime import top_rows
 from spark_ivm.runtime.deltalog import DeltaLogs
 from spark_ivm.runtime.run import COLLECT_SETTINGS, session_settings
 from spark_ivm.runtime.sqlgen import quote
 from spark_ivm.runtime.viewsql import (
-    PROPERTY_FORM, PROPERTY_MAPS, PROPERTY_VERSION, ROWS, STORE, held_maps_sql, inlinable, literal_rows_sql,
+    PROPERTY_FORM, PROPERTY_MAPS, PROPERTY_VERSION, ROWS, STORE, TOP, held_maps_sql, inlinable, literal_rows_sql,
     map_columns, maps_sql, merged_maps, output_columns, read_view_sql, rows_view_sql, sorted_rows, view_maps,
 )
 
@@ -65,14 +66,15 @@ class ViewForms:
             return found
 
     def publish(self, entry, version: int, maps_at: str | Callable[[], str], current: dict | None = None, base_version: int | None = None,
-                increments: list[tuple] | None = None, retry: bool = False) -> str:
+                increments: list[tuple] | None = None, retry: bool = False, increments_at: str | None = None) -> str:
         """Write the view's definition for the store version `version`; the form written.
 
         maps_at: a table expression of the store's rows of the view's maps as of `version`, or a function
             that makes it, called only if the definition is written from the store.
         current: the view as `current` gave it before the refresh (None: look it up).
         base_version, increments: the version the refresh computed from and its increments of the view's
-        maps (raw rows in map_columns order), when it has them on the driver.
+        maps (raw rows in map_columns order), when it has them on the driver; increments_at, a table
+        expression of its increments (store rows) otherwise.
         retry: try the inline form even if it did not fit last time."""
         current = self.current(entry.name) if current is None else current
         form, shown = current.get(PROPERTY_FORM), _int(current.get(PROPERTY_VERSION))
@@ -84,6 +86,10 @@ class ViewForms:
             maps_at = maps_at()
         if not (inline_rows and self.logs.available and all(inlinable(c.type_sql) for c in output_columns(entry))):
             return self._store_form(entry, form, version)
+        if top_rows.applies(entry, inline_rows) and heuristics.keeps_leading_groups(self._store_bytes(entry)):
+            written = self._top_form(entry, version, maps_at, current, base_version, increments, increments_at)
+            if written is not None:
+                return written
         maps = None
         if all(inlinable(c.type_sql) for c in map_columns(entry)):
             held = held_maps_sql(current.get("text", "")) if form == ROWS else None
@@ -111,14 +117,46 @@ class ViewForms:
             for carried in ([maps, None] if maps is not None else [None]):
                 text = rows_view_sql(entry, rows, carried)
                 if len(text) <= heuristics.INLINE_SQL_CHARS_MAX:
-                    latest = self._replace(entry, ROWS, version, len(rows), carried is not None, text)
+                    latest = self._replace(entry, ROWS, version, len(rows), "no" if carried is None else "yes", text)
                     return self._checked(entry, version, latest)
         return self._store_form(entry, form, version, len(rows))
 
     def _store_form(self, entry, form: str | None, version: int, row_count: int = 0) -> str:
         if form != STORE:
-            self._replace(entry, STORE, version, row_count, False, read_view_sql(entry))
+            self._replace(entry, STORE, version, row_count, "no", read_view_sql(entry))
         return STORE
+
+    def _top_form(self, entry, version: int, maps_at: str, current: dict, base_version: int | None,
+                  increments: list[tuple] | None, increments_at: str | None) -> str | None:
+        """The "rows" form of a view of an ordering's first rows with the buffer of its leading groups (see
+        top_rows.py), from the buffer of the version the refresh computed from where the view has it;
+        None where the view's rows or buffer cannot be kept so."""
+        top = None
+        buffer = top_rows.held(self.spark, current.get("text", "")) if current.get(PROPERTY_FORM) == ROWS else None
+        if buffer is not None and base_version is not None and _int(current.get(PROPERTY_VERSION)) == base_version:
+            if increments is None and increments_at is not None:
+                increments = self._collected_increments(entry, increments_at)
+            if increments is not None:
+                top = top_rows.refreshed(self.spark, entry, buffer, increments, maps_at)
+        if top is None:
+            top = top_rows.computed(self.spark, entry, maps_at)
+        text = top_rows.view_text(entry, top) if top is not None else None
+        if text is None:
+            return None
+        latest = self._replace(entry, ROWS, version, len(top.rows), TOP, text)
+        return self._checked(entry, version, latest)
+
+    def _store_bytes(self, entry) -> int | None:
+        """The size of the view's map store's latest version, from its Delta log (no Spark job)."""
+        snapshot = self.logs.snapshot(entry.store)
+        return None if snapshot is None else snapshot.size_bytes
+
+    def _collected_increments(self, entry, increments_at: str) -> list[tuple] | None:
+        """The increments of the view's maps in `increments_at` (store rows), raw in map_columns order: one
+        Spark job; None if more than COLLECTED_ROWS_MAX."""
+        with session_settings(self.spark, COLLECT_SETTINGS):
+            rows = increment_rows(self.spark.table(increments_at), entry, heuristics.COLLECTED_ROWS_MAX + 1)
+        return rows if len(rows) <= heuristics.COLLECTED_ROWS_MAX else None
 
     def _rows_over_literals(self, entry, maps: list[tuple]) -> list[tuple] | None:
         """The view's rows over its maps' literals, computed while Spark plans (no job) and sorted here; None
@@ -136,7 +174,7 @@ class ViewForms:
         with session_settings(self.spark, COLLECT_SETTINGS):
             return [tuple(r) for r in self.spark.sql(f"{sql} LIMIT {inline_rows + 1}").collect()]
 
-    def _replace(self, entry, form: str, version: int, row_count: int, maps: bool, text: str):
+    def _replace(self, entry, form: str, version: int, row_count: int, maps: str, text: str):
         """Write the definition; the store's latest snapshot after that (None where logs are out of reach)."""
         with self._writing:
             self._write_definition(entry, form, version, row_count, maps, text)
@@ -150,9 +188,9 @@ class ViewForms:
                                    f"another session?); the definition was removed again")
             return latest
 
-    def _write_definition(self, entry, form: str, version: int, row_count: int, maps: bool, text: str) -> None:
+    def _write_definition(self, entry, form: str, version: int, row_count: int, maps: str, text: str) -> None:
         properties = {PROPERTY_FORM: form, PROPERTY_VERSION: str(version), PROPERTY_ROWS: str(row_count),
-                      PROPERTY_MAPS: "yes" if maps else "no"}
+                      PROPERTY_MAPS: maps}
         if self.logs.available and self._alter_definition(entry.name, properties, text):
             return
         listed = ", ".join(f"'{k}' = '{v}'" for k, v in properties.items())
@@ -197,7 +235,7 @@ class ViewForms:
         """ROWS, unless a later commit to the store (`latest`, looked up after the replacement) raced the
         replacement: then the view reads the store."""
         if latest is not None and latest.version != version:
-            self._replace(entry, STORE, latest.version, 0, False, read_view_sql(entry))
+            self._replace(entry, STORE, latest.version, 0, "no", read_view_sql(entry))
             return STORE
         return ROWS
 
@@ -207,6 +245,13 @@ def _int(value, default=None):
         return int(value)
     except (TypeError, ValueError):
         return default
+
+
+def increment_rows(frame, entry, limit: int | None = None) -> list[tuple]:
+    """The rows of the view's maps among store rows (a DataFrame), raw in map_columns order; at most `limit`."""
+    ids = ", ".join(str(m.map_id) for m in view_maps(entry))
+    rows = frame.where(f"map_id IN ({ids})").selectExpr(*(c.raw(c.name) for c in map_columns(entry)))
+    return [tuple(r) for r in (rows if limit is None else rows.limit(limit)).collect()]
 
 
 def _compact_maps_sql(entry, maps_at: str) -> str:

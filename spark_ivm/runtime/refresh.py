@@ -45,7 +45,8 @@ from spark_ivm.runtime.view_work import (
     FullRefreshNeeded, ViewRefresh, applied_versions, check_source, map_references, maps_read, ordered_tables,
     progress_rows, refresh_failure, relations_of, statements_of,
 )
-from spark_ivm.runtime.viewsql import PROPERTY_MAPS, map_columns, view_maps
+from spark_ivm.runtime.publish import increment_rows
+from spark_ivm.runtime.viewsql import PROPERTY_MAPS, view_maps
 
 log = logging.getLogger("spark_ivm")
 
@@ -481,13 +482,8 @@ class StoreRefresh:
             raise refresh_failure(work[0].entry, exc) from exc
         if collected is None:
             return written, staged, None
-        increments = {}
-        for w in work:
-            ids = ", ".join(str(m.map_id) for m in view_maps(w.entry))
-            # Rows held by the driver: filtering and selecting them runs no job.
-            increments[w.entry.name] = [tuple(r) for r in collected.where(f"map_id IN ({ids})").selectExpr(
-                *(c.raw(c.name) for c in map_columns(w.entry))).collect()]
-        return written, staged, increments
+        # Rows held by the driver: filtering and selecting them runs no job.
+        return written, staged, {w.entry.name: increment_rows(collected, w.entry) for w in work}
 
     def _compacted_files(self, store: TableSnapshot, compaction: int):
         """The store's files that its compaction number `compaction` rewrites: its small files (see
@@ -522,7 +518,8 @@ class StoreRefresh:
                 maps_at = (f"SELECT * FROM {self._store_rows(run, w.entry)} UNION ALL "
                            f"SELECT * FROM {staged} WHERE map_id >= 0")
                 self.engine.forms.publish(w.entry, version, maps_at, w.view, store.version,
-                                          None if increments is None else increments[w.entry.name])
+                                          None if increments is None else increments[w.entry.name],
+                                          increments_at=staged)
 
     def _store_rows(self, run: RefreshRun, entry) -> str:
         """The store's rows of the view's maps as of the pinned version."""

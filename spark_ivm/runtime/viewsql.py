@@ -8,8 +8,10 @@ It takes one of two forms, chosen by the refresh that last wrote the store (see 
   (one per map and key) when they fit: the next refresh adds its increments to them on the driver.
 The literals hold at most spark.ivm.inlineRows rows each and heuristics.INLINE_SQL_CHARS_MAX characters in
 all.
+A view of the first rows of an ordering (ORDER BY … LIMIT) may carry the maps of its leading groups only,
+with the bound they sort before (see top_rows.py).
 The view's properties say which form it has, the store version it shows and whether it carries its maps
-(PROPERTY_FORM, PROPERTY_VERSION, PROPERTY_MAPS).
+(PROPERTY_FORM, PROPERTY_VERSION, PROPERTY_MAPS: "yes", "no", or "top" for the leading groups').
 """
 
 from __future__ import annotations
@@ -31,11 +33,13 @@ PROPERTY_FORM = "spark_ivm.form"
 PROPERTY_VERSION = "spark_ivm.store_version"
 PROPERTY_MAPS = "spark_ivm.maps"  # "yes" when the definition carries the view's maps
 STORE, ROWS = "store", "rows"
+TOP = "top"  # PROPERTY_MAPS of a "rows" view carrying its leading groups' maps (see top_rows.py)
 MAPS_TABLE = "__ivm_maps"  # the name the view's SQL reads its maps by when computed from literals
 # The maps' rows in a "rows" view's text: a comment inside its SELECT, which Spark keeps in the view's text
 # and skips when it reads the view. The literals in it write "*" as \u002a, so that no string in them
 # opens or closes a comment.
 _BEGIN, _END = "/*spark_ivm maps ", " spark_ivm end*/"
+_BOUND = "/*spark_ivm bound "
 
 _EXACT_TYPES = re.compile(r"tinyint|smallint|int|bigint|boolean|string|date|timestamp_ntz|binary|double|float"
                           r"|decimal\(\d+,\d+\)")
@@ -117,24 +121,48 @@ def values_sql(rows: list[tuple], columns: list[Column], note: str = "") -> str:
     return f"SELECT {note}{typed} FROM {_values(rows, columns, '__rows')}"
 
 
-def rows_view_sql(entry, rows: list[tuple], maps: list[tuple] | None = None) -> str:
+def rows_view_sql(entry, rows: list[tuple], maps: list[tuple] | None = None, bound: Bound | None = None) -> str:
     """The "rows" form: the view's rows (raw, in output column order), carrying the maps' rows (raw, in
-    map_columns order) if given."""
+    map_columns order) if given: all of them, or with a bound only those of the groups sorting before it
+    (see top_rows.py)."""
     note = ""
+    if bound is not None:
+        held = _values([bound.values], bound.columns, "__bound", in_comment=True) if bound.values else "none"
+        note = f"{_BOUND}{held}{_END} "
     if maps is not None:
         held = _values(maps, map_columns(entry), "__maps", in_comment=True) if maps else "none"
-        note = f"{_BEGIN}{held}{_END} "
+        note += f"{_BEGIN}{held}{_END} "
     return values_sql(rows, output_columns(entry), note)
 
 
-def held_maps_sql(view_text: str) -> str | None:
+@dataclass(frozen=True)
+class Bound:
+    """The ORDER BY values (raw, of `columns`) that the groups whose maps a "rows" view carries sort before;
+    empty where it carries every group's."""
+    values: tuple
+    columns: tuple[Column, ...] = ()
+
+
+def held_maps_sql(view_text: str, partial: bool = False) -> str | None:
     """SELECT of the maps' rows a "rows" view's text carries, as written (see Column.raw); None if it
-    carries none, "" if it carries an empty list."""
-    begin = view_text.find(_BEGIN)
+    carries none (or, unless `partial`, only some groups' maps), "" if it carries an empty list."""
+    if _BOUND in view_text and not partial:
+        return None
+    return _held(view_text, _BEGIN)
+
+
+def held_bound_sql(view_text: str) -> str | None:
+    """SELECT of the bound a "rows" view's text carries with some groups' maps; None if it has none, "" if
+    it carries every group's maps."""
+    return _held(view_text, _BOUND)
+
+
+def _held(view_text: str, begin_mark: str) -> str | None:
+    begin = view_text.find(begin_mark)
     end = view_text.find(_END, begin + 1)
     if begin < 0 or end < 0:
         return None
-    held = view_text[begin + len(_BEGIN):end]
+    held = view_text[begin + len(begin_mark):end]
     return "" if held == "none" else f"SELECT * FROM {held}"
 
 
@@ -148,16 +176,19 @@ def maps_sql(entry, maps: list[tuple]) -> str:
 # job for an aggregate or a sort. So the groups are summed here, from the maps' rows (one per map and key),
 # and the rows sorted and limited here, by sort keys Spark computes beside the columns.
 ORDER_COLUMN = "__ivm_order_{}"
+KEY_COLUMN = "__ivm_key_{}"
+VALUE_COLUMN = "__ivm_value_{}"
 # Sort keys of the types whose Python values compare as Spark's do (a TIMESTAMP's depends on the driver's
 # time zone): those written exactly as literals.
 _SORTABLE_TYPES = _EXACT_TYPES
 
 
-def literal_rows_sql(entry, maps: list[tuple]) -> str | None:
+def literal_rows_sql(entry, maps: list[tuple], keys: bool = False) -> str | None:
     """SELECT of the view's rows (raw, in output column order) over its maps' rows given as literals (raw,
     in map_columns order), followed by one column per ORDER BY item, unsorted and not limited (see
-    sorted_rows); None where the view's rows need Spark's aggregation: MIN, MAX and DISTINCT aggregates,
-    and views of rows with multiplicities (bags)."""
+    sorted_rows), and with `keys` by the group's keys (raw, in the query's key order); None where the view's
+    rows need Spark's aggregation: MIN, MAX and DISTINCT aggregates, and views of rows with multiplicities
+    (bags)."""
     query = entry.plan.query
     if query.bag or any(a.reduce is not None for a in query.aggregates):
         return None
@@ -181,8 +212,10 @@ def literal_rows_sql(entry, maps: list[tuple]) -> str | None:
                    + [Column(name, t) for name, t in zip(stored, sums)])
     raw = [c.raw(quote(c.name)) for c in output_columns(entry)]
     order = [f"{sql} AS {ORDER_COLUMN.format(i)}" for i, (sql, _, _) in enumerate(_order_items(query.order_by))]
-    return (f"SELECT {', '.join(raw + order)} FROM "
-            f"(SELECT {', '.join(_typed_columns(entry))} FROM ({g}) AS g{_live_groups(query)}) AS v")
+    key_columns = [Column(KEY_COLUMN.format(i), types[k]) for i, k in enumerate(query.keys)] if keys else []
+    carried = [f"g.{quote(k)} AS {c.name}" for k, c in zip(query.keys, key_columns)]
+    return (f"SELECT {', '.join(raw + order + [c.raw(c.name) for c in key_columns])} FROM "
+            f"(SELECT {', '.join(_typed_columns(entry) + carried)} FROM ({g}) AS g{_live_groups(query)}) AS v")
 
 
 def sorted_rows(entry, rows: list[tuple], order_types: list[str]) -> list[tuple] | None:
@@ -190,13 +223,25 @@ def sorted_rows(entry, rows: list[tuple], order_types: list[str]) -> list[tuple]
     last as each item says, NaN above every number, strings by code point) and limited, without those
     columns; None if a sort key's type (`order_types`, Spark SQL) is one not compared here the same way."""
     query = entry.plan.query
+    compare = ordering(entry, order_types)
+    if compare is None:
+        return None
+    items = len(query.order_by)
+    width = len(rows[0]) - items if rows else 0
+    ordered = sorted(rows, key=functools.cmp_to_key(lambda a, b: compare(a[width:], b[width:]))) if items else rows
+    limited = ordered if query.limit is None else ordered[:query.limit]
+    return [r[:width] for r in limited] if items else limited
+
+
+def ordering(entry, order_types: list[str]):
+    """The comparison of two tuples of the view's ORDER BY values as Spark sorts them (-1, 0, 1); None if a
+    sort key's type (`order_types`, Spark SQL) is one not compared here the same way."""
     if not all(_SORTABLE_TYPES.fullmatch(t) for t in order_types):
         return None
-    items = [(desc, nulls_first) for _, desc, nulls_first in _order_items(query.order_by)]
-    width = len(rows[0]) - len(items) if rows else 0
+    items = [(desc, nulls_first) for _, desc, nulls_first in _order_items(entry.plan.query.order_by)]
 
     def compare(a: tuple, b: tuple) -> int:
-        for (desc, nulls_first), x, y in zip(items, a[width:], b[width:]):
+        for (desc, nulls_first), x, y in zip(items, a, b):
             if x is None or y is None:
                 if (x is None) != (y is None):
                     return -1 if (x is None) == nulls_first else 1
@@ -207,9 +252,7 @@ def sorted_rows(entry, rows: list[tuple], order_types: list[str]) -> list[tuple]
                 return -order if desc else order
         return 0
 
-    ordered = sorted(rows, key=functools.cmp_to_key(compare)) if items else rows
-    limited = ordered if query.limit is None else ordered[:query.limit]
-    return [r[:width] for r in limited] if items else limited
+    return compare
 
 
 @functools.lru_cache(maxsize=256)
@@ -308,14 +351,8 @@ def read_view_sql(entry, table: str | None = None) -> str:
     table = table or layout.table
     prefix = entry.name.split(".")[-1]
     stored = {a.name: layout.map(f"{prefix}_{a.name}") for a in query.aggregates}
-    sums = [a for a in query.aggregates if a.reduce is None]
-    keys = [f"{layout.key_column(k)} AS {quote(k)}" for k in query.keys]
-    # A map's value is the sum of its rows at a key (see mapstore.py).
-    columns = [f"COALESCE(SUM(CASE WHEN map_id = {stored[a.name].map_id} THEN {stored[a.name].value_column} END), 0)"
-               f" AS {quote(a.name)}" for a in sums]
-    ids = ", ".join(str(stored[a.name].map_id) for a in sums)
     group = f" GROUP BY {', '.join(layout.key_column(k) for k in query.keys)}" if query.keys else ""
-    body = f"(SELECT {', '.join(keys + columns)} FROM {table} WHERE map_id IN ({ids}){group}) AS g"
+    body = f"({_groups_sql(entry, table)}) AS g"
     for i, a in enumerate(a for a in query.aggregates if a.reduce is not None):
         m = stored[a.name]
         value_key = layout.key_column(a.value_keys[0])
@@ -338,6 +375,39 @@ def read_view_sql(entry, table: str | None = None) -> str:
     if query.limit is not None:
         select += f" LIMIT {query.limit}"
     return select
+
+
+def _groups_sql(entry, table: str) -> str:
+    """SELECT of the view's groups over its maps in `table` (store rows): its keys and the sums of its
+    aggregates' maps (not MIN, MAX, DISTINCT), by name."""
+    query = entry.plan.query
+    layout = entry.layout
+    stored = dict(zip((a.name for a in query.aggregates), view_maps(entry)))
+    sums = [a for a in query.aggregates if a.reduce is None]
+    keys = [f"{layout.key_column(k)} AS {quote(k)}" for k in query.keys]
+    # A map's value is the sum of its rows at a key (see mapstore.py).
+    columns = [f"COALESCE(SUM(CASE WHEN map_id = {stored[a.name].map_id} THEN {stored[a.name].value_column} END), 0)"
+               f" AS {quote(a.name)}" for a in sums]
+    ids = ", ".join(str(stored[a.name].map_id) for a in sums)
+    group = f" GROUP BY {', '.join(layout.key_column(k) for k in query.keys)}" if query.keys else ""
+    return f"SELECT {', '.join(keys + columns)} FROM {table} WHERE map_id IN ({ids}){group}"
+
+
+def leading_groups_sql(entry, table: str, limit: int) -> str:
+    """SELECT of the view's first `limit` groups over its maps in `table` (store rows), in the view's order
+    and not limited to its LIMIT: each as literal_rows_sql gives it with its keys, followed by its
+    aggregates' sums (in the query's order). For views without MIN, MAX or DISTINCT aggregates."""
+    query = entry.plan.query
+    types = dict(entry.layout.key_types)
+    key_columns = [Column(KEY_COLUMN.format(i), types[k]) for i, k in enumerate(query.keys)]
+    carried = [f"g.{quote(k)} AS {c.name}" for k, c in zip(query.keys, key_columns)]
+    sums = [f"g.{quote(a.name)} AS {VALUE_COLUMN.format(i)}" for i, a in enumerate(query.aggregates)]
+    order = [f"{sql} AS {ORDER_COLUMN.format(i)}" for i, (sql, _, _) in enumerate(_order_items(query.order_by))]
+    raw = ([c.raw(quote(c.name)) for c in output_columns(entry)] + order + [c.raw(c.name) for c in key_columns]
+           + [VALUE_COLUMN.format(i) for i in range(len(sums))])
+    groups = (f"SELECT {', '.join(_typed_columns(entry) + carried + sums)} FROM ({_groups_sql(entry, table)}) AS g"
+              f"{_live_groups(query)}")
+    return f"SELECT {', '.join(raw)} FROM ({groups}) AS v ORDER BY {', '.join(query.order_by)} LIMIT {limit}"
 
 
 def _typed_columns(entry) -> list[str]:
