@@ -66,7 +66,8 @@ class ViewForms:
             return found
 
     def publish(self, entry, version: int, maps_at: str | Callable[[], str], current: dict | None = None, base_version: int | None = None,
-                increments: list[tuple] | None = None, retry: bool = False, increments_at: str | None = None) -> str:
+                increments: list[tuple] | None = None, retry: bool = False, increments_at: str | None = None,
+                store_bytes: int | None = None) -> str:
         """Write the view's definition for the store version `version`; the form written.
 
         maps_at: a table expression of the store's rows of the view's maps as of `version`, or a function
@@ -75,6 +76,7 @@ class ViewForms:
         base_version, increments: the version the refresh computed from and its increments of the view's
         maps (raw rows in map_columns order), when it has them on the driver; increments_at, a table
         expression of its increments (store rows) otherwise.
+        store_bytes: the map store's size where the caller has it (None: read from its Delta log if needed).
         retry: try the inline form even if it did not fit last time."""
         current = self.current(entry.name) if current is None else current
         form, shown = current.get(PROPERTY_FORM), _int(current.get(PROPERTY_VERSION))
@@ -86,7 +88,8 @@ class ViewForms:
             maps_at = maps_at()
         if not (inline_rows and self.logs.available and all(inlinable(c.type_sql) for c in output_columns(entry))):
             return self._store_form(entry, form, version)
-        if top_rows.applies(entry, inline_rows) and heuristics.keeps_leading_groups(self._store_bytes(entry)):
+        if top_rows.applies(entry, inline_rows) and heuristics.keeps_leading_groups(
+                store_bytes if store_bytes is not None else self._store_bytes(entry)):
             written = self._top_form(entry, version, maps_at, current, base_version, increments, increments_at)
             if written is not None:
                 return written

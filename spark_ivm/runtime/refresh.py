@@ -519,7 +519,7 @@ class StoreRefresh:
                            f"SELECT * FROM {staged} WHERE map_id >= 0")
                 self.engine.forms.publish(w.entry, version, maps_at, w.view, store.version,
                                           None if increments is None else increments[w.entry.name],
-                                          increments_at=staged)
+                                          increments_at=staged, store_bytes=store.size_bytes)
 
     def _store_rows(self, run: RefreshRun, entry) -> str:
         """The store's rows of the view's maps as of the pinned version."""

@@ -212,8 +212,7 @@ def literal_rows_sql(entry, maps: list[tuple], keys: bool = False) -> str | None
                    + [Column(name, t) for name, t in zip(stored, sums)])
     raw = [c.raw(quote(c.name)) for c in output_columns(entry)]
     order = [f"{sql} AS {ORDER_COLUMN.format(i)}" for i, (sql, _, _) in enumerate(_order_items(query.order_by))]
-    key_columns = [Column(KEY_COLUMN.format(i), types[k]) for i, k in enumerate(query.keys)] if keys else []
-    carried = [f"g.{quote(k)} AS {c.name}" for k, c in zip(query.keys, key_columns)]
+    key_columns, carried = _carried_keys(entry) if keys else ([], [])
     return (f"SELECT {', '.join(raw + order + [c.raw(c.name) for c in key_columns])} FROM "
             f"(SELECT {', '.join(_typed_columns(entry) + carried)} FROM ({g}) AS g{_live_groups(query)}) AS v")
 
@@ -398,9 +397,7 @@ def leading_groups_sql(entry, table: str, limit: int) -> str:
     and not limited to its LIMIT: each as literal_rows_sql gives it with its keys, followed by its
     aggregates' sums (in the query's order). For views without MIN, MAX or DISTINCT aggregates."""
     query = entry.plan.query
-    types = dict(entry.layout.key_types)
-    key_columns = [Column(KEY_COLUMN.format(i), types[k]) for i, k in enumerate(query.keys)]
-    carried = [f"g.{quote(k)} AS {c.name}" for k, c in zip(query.keys, key_columns)]
+    key_columns, carried = _carried_keys(entry)
     sums = [f"g.{quote(a.name)} AS {VALUE_COLUMN.format(i)}" for i, a in enumerate(query.aggregates)]
     order = [f"{sql} AS {ORDER_COLUMN.format(i)}" for i, (sql, _, _) in enumerate(_order_items(query.order_by))]
     raw = ([c.raw(quote(c.name)) for c in output_columns(entry)] + order + [c.raw(c.name) for c in key_columns]
@@ -408,6 +405,15 @@ def leading_groups_sql(entry, table: str, limit: int) -> str:
     groups = (f"SELECT {', '.join(_typed_columns(entry) + carried + sums)} FROM ({_groups_sql(entry, table)}) AS g"
               f"{_live_groups(query)}")
     return f"SELECT {', '.join(raw)} FROM ({groups}) AS v ORDER BY {', '.join(query.order_by)} LIMIT {limit}"
+
+
+def _carried_keys(entry) -> tuple[list[Column], list[str]]:
+    """The columns that carry a group's keys beside the view's columns (KEY_COLUMN), and their SELECT items
+    over the groups `g`."""
+    keys = entry.plan.query.keys
+    types = dict(entry.layout.key_types)
+    columns = [Column(KEY_COLUMN.format(i), types[k]) for i, k in enumerate(keys)]
+    return columns, [f"g.{quote(k)} AS {c.name}" for k, c in zip(keys, columns)]
 
 
 def _typed_columns(entry) -> list[str]:
