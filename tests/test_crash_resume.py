@@ -14,7 +14,8 @@ one Spark process per step plus one, instead of two per step):
    further REFRESH is "up to date"; then it changes both tables again and runs REFRESH → exit 17;
 3. and so on; the last process verifies the last step and exits 0.
 
-The chain runs once in a module fixture; every parametrized test checks its own step's outcome.
+The chains run once in a module fixture, both at the same time (a worker keeps about one of the two
+cores busy); every parametrized test checks its own step's outcome.
 
 A second chain (``crash_worker.py ddl --stage N``, on a warehouse of its own) kills CREATE, REFRESH … FULL,
 a compacting REFRESH and DROP at their crash points (``crash_worker.DDL_STAGES``; the points are
@@ -31,6 +32,7 @@ import json
 import re
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -82,14 +84,29 @@ def run_worker(warehouse: Path, *args: str) -> Run:
     return Run(proc)
 
 
+def _selected(request, param: str) -> list:
+    """The values of `param` of this module's selected tests."""
+    return [item.callspec.params[param] for item in request.session.items
+            if getattr(item, "module", None) is request.module and getattr(item, "callspec", None) is not None
+            and param in item.callspec.params]
+
+
 @pytest.fixture(scope="module")
-def pipelines(request, tmp_path_factory) -> dict[str, tuple[Run, Run | None]]:
+def chains(request, tmp_path_factory) -> tuple[dict[str, tuple[Run, Run | None]], list[Run]]:
+    """The refresh chain and the DDL chain (below), for the selected tests, run at the same time: a worker
+    process keeps about one of the two cores busy."""
+    steps = [s for s in STEPS if s in _selected(request, "step")]
+    refresh_warehouse = tmp_path_factory.mktemp("crash") / "wh"
+    ddl_warehouse = tmp_path_factory.mktemp("crash_ddl") / "wh"
+    with ThreadPoolExecutor(2) as pool:
+        refreshes = pool.submit(refresh_chain, refresh_warehouse, steps)
+        ddl = pool.submit(ddl_chain, ddl_warehouse) if _selected(request, "stage") else None
+        return refreshes.result(), (ddl.result() if ddl is not None else [])
+
+
+def refresh_chain(warehouse: Path, selected: list[str]) -> dict[str, tuple[Run, Run | None]]:
     """Step -> (the process that crashed at it, the process that resumed after it), for every
     selected step, from one chain of processes on one warehouse."""
-    selected = [s for s in STEPS if any(
-        getattr(item, "callspec", None) is not None and item.callspec.params.get("step") == s
-        for item in request.session.items)]
-    warehouse = tmp_path_factory.mktemp("crash") / "wh"
     outcome: dict[str, tuple[Run, Run | None]] = {}
     process = run_worker(warehouse, "setup", "--crash-at", selected[0]) if selected else None
     for k, step in enumerate(selected):
@@ -109,8 +126,8 @@ def test_engine_has_the_documented_crash_points():
 
 
 @pytest.mark.parametrize("step", STEPS)
-def test_refresh_resumes_after_crash(step, pipelines):
-    crashed, resumed = pipelines[step]
+def test_refresh_resumes_after_crash(step, chains):
+    crashed, resumed = chains[0][step]
     assert crashed.proc.returncode == 17, f"REFRESH with SPARK_IVM_CRASH_AT={step} should exit with 17" + crashed.log()
     assert crashed.found("REFRESHED") is None  # it died inside REFRESH
     created = crashed.found("CREATED")
@@ -145,9 +162,7 @@ def test_refresh_resumes_after_crash(step, pipelines):
 # the statement of DDL_STAGES[N], process N + 1 runs the statement a user would run next and goes on to
 # be killed at the next stage.
 
-@pytest.fixture(scope="module")
-def ddl_chain(tmp_path_factory) -> list[Run]:
-    warehouse = tmp_path_factory.mktemp("crash_ddl") / "wh"
+def ddl_chain(warehouse: Path) -> list[Run]:
     chain = [run_worker(warehouse, "ddl", "--stage", "0")]
     for stage in range(1, len(DDL_STAGES) + 1):
         if chain[-1].proc.returncode != 17:  # the chain is broken: the later stages fail
@@ -157,15 +172,16 @@ def ddl_chain(tmp_path_factory) -> list[Run]:
 
 
 @pytest.mark.parametrize("stage", range(len(DDL_STAGES)), ids=[f"{k}-{s}" for k, s in DDL_STAGES])
-def test_statement_killed_inside_is_finished_by_the_next(stage, ddl_chain):
+def test_statement_killed_inside_is_finished_by_the_next(stage, chains):
+    runs = chains[1]
     kind, step = DDL_STAGES[stage]
-    assert len(ddl_chain) > stage, "an earlier process of the chain did not crash" + ddl_chain[-1].log()
-    crashed = ddl_chain[stage]
+    assert len(runs) > stage, "an earlier process of the chain did not crash" + runs[-1].log()
+    crashed = runs[stage]
     assert crashed.proc.returncode == 17, f"{kind} with SPARK_IVM_CRASH_AT={step} should exit with 17" + crashed.log()
     assert crashed.found("NOCRASH") is None and crashed.found("RESET") is None, crashed.log()
     before = crashed.found("BEFORE")
-    assert len(ddl_chain) > stage + 1, crashed.log()
-    recovered = ddl_chain[stage + 1]
+    assert len(runs) > stage + 1, crashed.log()
+    recovered = runs[stage + 1]
     out = recovered.found("RECOVERED")
     assert out is not None, recovered.log()
     assert recovered.proc.returncode in (0, 17), recovered.log()

@@ -74,7 +74,8 @@ def test_first_rows_of_an_ordering_are_kept_from_a_buffer_of_leading_groups(ivm,
     refreshes = 5
     for n in range(refreshes):
         _batch(spark, rng)
-        spark.sql("REFRESH INCREMENTAL VIEWS").collect()
+        for name in VIEWS:  # not REFRESH INCREMENTAL VIEWS: that looks at every view of the test session
+            spark.sql(f"REFRESH INCREMENTAL VIEW {name}").collect()
         for name, query in VIEWS.items():
             want, got = spark.sql(query).collect(), spark.table(name).collect()
             assert got == want, (n, name, got, want)

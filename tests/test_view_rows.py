@@ -114,7 +114,8 @@ def test_rows_over_literals_are_sorted_and_limited_as_spark_does_without_a_job(i
     for batch in [None] + SORTED_BATCHES:
         if batch:
             spark.sql(batch)
-            spark.sql("REFRESH INCREMENTAL VIEWS").collect()
+            for name in SORTED_VIEWS:  # not REFRESH INCREMENTAL VIEWS: that looks at every view of the session
+                spark.sql(f"REFRESH INCREMENTAL VIEW {name}").collect()
         for name, query in SORTED_VIEWS.items():
             want, got = spark.sql(query).collect(), spark.table(name).collect()
             assert _same_rows(got, want), (name, got, want)
