@@ -74,9 +74,15 @@ def write_maps(engine, name, sql, options, store, plan: Plan, relation_tables, s
     crash_point("build_after_store")
     entry = ViewEntry(name, sql, options, plan, layout, relation_tables, source_columns, output_types,
                       time.time(), spark.catalog.currentDatabase(), token)
-    version = engine.store_version(store)
-    ids = ", ".join(str(m.map_id) for m in layout.maps)
-    engine.forms.publish(entry, version, f"SELECT * FROM {store} WHERE map_id IN ({ids})", current={}, retry=True)
+    # The view's maps read from the files the new version's checksum lists: reading the store by name would
+    # make Delta rebuild the state of its new version first.
+    snapshot = engine.logs.snapshot(store) if engine.logs.available else None
+    version = snapshot.version if snapshot is not None else engine.store_version(store)
+    run.pin_store(store, version, snapshot)
+    ids = [m.map_id for m in layout.maps]
+    maps_at = f"SELECT * FROM {run.store_rows(store, ids)} WHERE map_id IN ({', '.join(map(str, ids))})"
+    engine.forms.publish(entry, version, maps_at, current={}, retry=True,
+                         store_bytes=snapshot.size_bytes if snapshot is not None else None)
     crash_point("build_after_view")
     return entry
 
