@@ -1,6 +1,7 @@
 """The viewlet transform: materialize the view, take its delta per base relation, extract the
 database-reading parts of each delta as new maps, and recurse on those maps until the deltas read
-only the batch (or the policy's depth is reached).
+only the batch (or the policy's depth is reached). Given statistics, the policy keeps a map only where
+it is much smaller than the relations it reads; the deltas read the relations in place of the others.
 """
 
 from __future__ import annotations
@@ -8,13 +9,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
-from spark_ivm.calculus.analysis import all_vars, reads_database, rename, transform_up
+from spark_ivm.calculus.analysis import all_vars, reads_database, relations, rename, transform_up
 from spark_ivm.calculus.delta import delta
 from spark_ivm.calculus.expressions import ZERO, AggSum, Expr, MapRef, aggsum, sum_
+from spark_ivm.compiler.estimate import estimated_rows, source_rows
 from spark_ivm.compiler.plan import MapDecl, Plan, Statement, Trigger
 from spark_ivm.errors import UnsupportedQueryError
 from spark_ivm.frontend.view_query import ViewQuery
-from spark_ivm.heuristics import Policy
+from spark_ivm.heuristics import Policy, materializes
 from spark_ivm.rules import SIMPLIFY, RuleExecutor, extract_aggregates
 
 __all__ = ["compile_maps", "compile_query", "compile_view", "simplify"]
@@ -39,6 +41,7 @@ class MapRegistry:
     maps: list[MapDecl] = field(default_factory=list)
     by_definition: dict[Expr, MapDecl] = field(default_factory=dict)
     roots: dict[str, str] = field(default_factory=dict)  # map name -> name of its level-0 ancestor
+    notes: dict[str, None] = field(default_factory=dict)  # the materialization decisions, in order
 
     def declare(self, name: str, definition: AggSum, level: int, maintenance: str) -> MapDecl:
         if any(m.name == name for m in self.maps):
@@ -86,19 +89,13 @@ def compile_maps(
     while done < len(registry.maps):
         m = registry.maps[done]
         done += 1
-        for relation in _relations(m.definition):
+        for relation in relations(m.definition):
             stmt = _statement(m, relation, registry, policy, strict)
             if stmt is not None:
                 statements.setdefault(relation, []).append(stmt)
 
     triggers = tuple(Trigger(r, tuple(s)) for r, s in statements.items())
-    return Plan(tuple(registry.maps), triggers, query=query, depth=policy.depth)
-
-
-def _relations(e: Expr) -> tuple[str, ...]:
-    from spark_ivm.calculus.analysis import relations
-
-    return relations(e)
+    return Plan(tuple(registry.maps), triggers, query=query, depth=policy.depth, notes=tuple(registry.notes))
 
 
 def _statement(m: MapDecl, relation: str, registry: MapRegistry, policy: Policy, strict: bool):
@@ -110,7 +107,7 @@ def _statement(m: MapDecl, relation: str, registry: MapRegistry, policy: Policy,
     if m.maintenance != "incremental":
         return Statement(m.name, m.keys, "+=", d)
     # Decided on a dry run (maps looked up, not declared), so that the form not taken leaves no maps.
-    look_up = _look_up(registry)
+    look_up = _look_up(registry, policy)
     delta_size = _size(extract_aggregates(d, look_up))
     if policy.reevaluates(delta_size):
         contents = _contents_after_batch(m, relation, look_up, look_up, policy, strict)
@@ -130,25 +127,45 @@ def _materializer(registry: MapRegistry, policy: Policy, m: MapDecl, relation: s
     root = registry.roots[m.name]
     level = m.level + levels_down
 
-    def materialize(definition: AggSum) -> MapRef:
+    def materialize(definition: AggSum) -> MapRef | AggSum:
         existing = registry.shared(definition)
         if existing is None:
+            estimate = _estimate(definition, policy)
+            if estimate is not None and not materializes(*estimate):
+                registry.notes[f"not kept: a map [{', '.join(definition.group)}] of "
+                               f"{' * '.join(dict.fromkeys(relations(definition)))}, about {estimate[0]:,} rows "
+                               f"over {estimate[1]:,} rows: its statements read the relations"] = None
+                return definition
             name = registry.fresh_name(f"{root}_m{relation}")
             existing = registry.declare(name, definition, level, policy.maintenance(level))
             registry.roots[name] = root
+            if estimate is not None:
+                registry.notes[f"kept: {name}, about {estimate[0]:,} rows over {estimate[1]:,} rows"] = None
         return MapRef(existing.name, definition.group)
 
     return materialize
 
 
-def _look_up(registry: MapRegistry):
+def _estimate(definition: AggSum, policy: Policy) -> tuple[int, int] | None:
+    """A map's estimated rows and the rows of the relations it reads, by the policy's statistics (None: no
+    statistics of them)."""
+    if policy.statistics is None:
+        return None
+    rows, read = estimated_rows(definition, policy.statistics), source_rows(definition, policy.statistics)
+    return None if rows is None or read is None else (rows, read)
+
+
+def _look_up(registry: MapRegistry, policy: Policy):
     """Like a materializer, but declares nothing: a map not declared yet gets a placeholder name."""
     placeholders: dict[Expr, str] = {}
 
-    def look_up(definition: AggSum) -> MapRef:
+    def look_up(definition: AggSum) -> MapRef | AggSum:
         existing = registry.shared(definition)
         if existing is not None:
             return MapRef(existing.name, definition.group)
+        estimate = _estimate(definition, policy)
+        if estimate is not None and not materializes(*estimate):
+            return definition
         name = placeholders.setdefault(canonical(definition), f"?{len(placeholders)}")
         return MapRef(name, definition.group)
 
