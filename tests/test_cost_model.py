@@ -13,7 +13,6 @@ import random
 import pytest
 
 from spark_ivm.bench.tpch import read_query
-from spark_ivm.calculus.evaluator import Database, apply_batch, evaluate_map, initial_maps
 from spark_ivm.calculus.expressions import Rel
 from spark_ivm.calculus.parser import parse
 from spark_ivm.compiler.estimate import Statistics, estimated_rows, source_rows
@@ -21,7 +20,7 @@ from spark_ivm.compiler.viewlet import compile_query
 from spark_ivm.frontend.translate import translate
 from spark_ivm.heuristics import MAP_ROWS_PERCENT_OF_SOURCE, Policy, default_depth_plan, materializes
 
-from test_tpch_compile import QUERIES, SCHEMAS, example_changing_the_view, query_values, view_maps
+from test_tpch_compile import QUERIES, SCHEMAS, check_maps_through_batches
 
 # TPC-H at SF 1: rows per table (the specification's) and distinct values of the columns that join or
 # group (the specification's, or as dbgen draws them: two thirds of the customers have orders).
@@ -115,17 +114,4 @@ def test_tpch_maps_as_large_as_lineitem_are_left_to_it():
 def test_tpch_triggers_with_maps_left_to_relations_keep_maps_equal_to_their_definitions(name):
     """As test_tpch_compile's test of the same name without statistics: after each batch of an example on
     which the view selects rows and changes."""
-    _, plan = plans(name)
-    example = example_changing_the_view(random.Random(f"{name}-costed"), plan, query_values(plan))
-    assert example is not None, f"{name}: no random example on which the view selects rows that change"
-    relations, batches = example
-    db = Database({t: dict(rows) for t, rows in relations.items()})
-    initial_maps(plan, db)
-    changed = 0
-    for table, batch in batches:
-        before = [dict(m) for m in view_maps(plan, db)]
-        apply_batch(plan, db, table, batch)
-        for m in plan.maps:
-            assert db.maps[m.name] == evaluate_map(m.definition, m.keys, db), f"{name}: {m.name} after {table}"
-        changed += before != view_maps(plan, db)
-    assert changed, f"{name}: no batch changed the view's maps"
+    check_maps_through_batches(plans(name)[1], name, random.Random(f"{name}-costed"))
