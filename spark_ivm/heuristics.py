@@ -49,8 +49,8 @@ MAX_DELTA_NODES = _threshold(
 # A map extracted from a delta holds a sum over a product of relations by some keys. It pays where it is
 # much smaller than the relations it reads: a statement then reads its few rows instead of joining and
 # summing theirs. A map about as large as its relations (a relation by its own key, or a join by the keys
-# of its larger side: TPC-H Q5, Q7 and Q9 kept 37-44 million map rows over 6 million lineitems at SF 1)
-# saves a statement little reading and costs upkeep at every batch of each relation, and store.
+# of its larger side, as several maps of TPC-H Q5, Q7 and Q9: a row per lineitem) saves a statement little
+# reading, and costs store and upkeep at every batch of each relation.
 MAP_ROWS_PERCENT_OF_SOURCE = _threshold(
     "MAP_ROWS_PERCENT_OF_SOURCE", 50,
     "A map extracted from a delta is kept only when its estimated rows are at most this percent of the "
