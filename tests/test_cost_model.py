@@ -100,12 +100,12 @@ def test_tpch_maps_with_statistics_are_smaller_than_what_they_read(name):
 def test_tpch_maps_as_large_as_lineitem_are_left_to_it():
     """Q5, Q9, Q17 and Q21 kept maps of a row per lineitem (6 million at SF 1); with statistics no map of
     any query is estimated at more than half of lineitem's rows."""
+    def big(plan):
+        return [m.name for m in plan.maps
+                if m.level > 0 and estimated_rows(m.definition, TPCH_SF1) >= TPCH_ROWS["lineitem"]]
+
     for name in ("q5", "q9", "q17", "q21"):
         plain, costed = plans(name)
-        def big(plan):
-            return [m.name for m in plan.maps
-                    if m.level > 0 and estimated_rows(m.definition, TPCH_SF1) >= TPCH_ROWS["lineitem"]]
-
         assert big(plain) and not big(costed), name
         assert any("not kept: " in n and "lineitem" in n for n in costed.notes), costed.notes
 

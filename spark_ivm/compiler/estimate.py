@@ -63,9 +63,6 @@ class Statistics:
             relations[name] = RelationStats(int(count), by_position)
         return cls(relations)
 
-    def describe(self) -> str:
-        return ", ".join(f"{name} {s.rows:,} rows" for name, s in sorted(self.relations.items()))
-
 
 def estimated_rows(definition: Expr, stats: Statistics) -> int | None:
     """The estimated rows of a map with this definition (an AggSum over base relations); None when a
