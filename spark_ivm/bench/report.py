@@ -444,7 +444,8 @@ def markdown(report: dict) -> str:
                   "reads the store's progress, `look-ups` the sources' versions and columns, `batches` reads the "
                   "change data feed (when a refresh computes its increments at once, only what the Delta log "
                   "says of them: the feed is read by the query of the increments), `store read` copies the maps "
-                  "the triggers read, `stages`/`triggers` compute the statements, `write` appends to the store, "
+                  "the triggers read, `stages`/`triggers` compute the statements, `write` appends to the store (at "
+                  "once, unless the increments are collected first, it also computes the last statements), "
                   "`view` writes the view's definition; `other` is the rest: making the statements' SQL and "
                   "Spark's analysis of it):", "", steps_table(summaries)]
     slower = bounds(summaries)

@@ -92,6 +92,14 @@ class FileSubset:
     table_rows: int  # rows in all the table's files
 
 
+@dataclass(frozen=True)
+class Written:
+    """A committed write: its version, the rows it added and its AddFiles (a Scala list)."""
+    version: int
+    rows: int
+    files: object
+
+
 class DeltaLogs:
     """The Delta logs of tables of one Spark session."""
 
@@ -276,23 +284,22 @@ class DeltaLogs:
         return DataFrame(delta_log.createDataFrame(jsnapshot, files, False, jvm.scala.Option.empty()), self.spark)
 
     # -- writes --------------------------------------------------------------------------------------------
-    def append(self, snapshot: TableSnapshot, df, user_metadata: str, held: bool = False) -> tuple[int, int]:
+    def append(self, snapshot: TableSnapshot, df, user_metadata: str, held: bool = False) -> Written:
         """Append the DataFrame's rows to the table in one commit with the user metadata, as a transaction
         that read the whole table as of `snapshot`: Delta refuses the commit (ConcurrentCommitError) if any
         commit after that version added or removed files, so two writes computed from one version never
         both land. `held`: the DataFrame's rows are on the driver (a local relation), so that, where the
-        table allows it, they are written from there without a Spark job (see driver_files). Returns (the
-        version committed, the rows written)."""
+        table allows it, they are written from there without a Spark job (see driver_files)."""
         return self._write(snapshot, df, user_metadata, overwrite=False, held=held)
 
     def overwrite(self, snapshot: TableSnapshot, df, user_metadata: str, replacing: FileSubset | None = None
-                  ) -> tuple[int, int]:
+                  ) -> Written:
         """Replace the table's rows as of `snapshot` (or only those of the files `replacing`) with the
         DataFrame's, as `append` does."""
         return self._write(snapshot, df, user_metadata, overwrite=True, replacing=replacing)
 
     def _write(self, snapshot: TableSnapshot, df, user_metadata: str, overwrite: bool,
-               replacing: FileSubset | None = None, held: bool = False) -> tuple[int, int]:
+               replacing: FileSubset | None = None, held: bool = False) -> Written:
         jvm = self.spark._jvm
         delta_log, jsnapshot, meta = snapshot.handle
         option = jvm.scala.Option
@@ -325,7 +332,12 @@ class DeltaLogs:
         while added.hasNext():
             stats = added.next().stats()
             rows += json.loads(stats)["numRecords"] if stats else 0
-        return int(version), rows
+        return Written(int(version), rows, files)
+
+    def written_rows(self, snapshot: TableSnapshot, written: Written):
+        """A DataFrame of the rows a write to the snapshot's table (the version it started from) committed,
+        read from the files it added."""
+        return self._frame(snapshot, written.files)
 
     def _remove_orphans(self, snapshot: TableSnapshot, files) -> None:
         """After a commit failed: if the table's log is gone (the table was dropped while the write ran), delete

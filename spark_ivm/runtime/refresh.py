@@ -461,7 +461,10 @@ class StoreRefresh:
                                           self.spark)
                     rows = collected
                     staged = run.register(collected)
-            if collected is None and not run.materialize:
+            # At once, the write computes the staged rows itself and the views read them back from the files
+            # it added: no copy of them is kept first. A compaction reads them twice, so it reads a copy.
+            direct = collected is None and not run.materialize and not compact
+            if collected is None and not run.materialize and compact:
                 run.materialize = True  # computed once now, for the write and for the views
                 staged = run.checkpoint(f"SELECT * FROM {staged}", step="triggers")
                 rows = self.spark.table(staged)
@@ -472,10 +475,13 @@ class StoreRefresh:
                     partitions, parallelism = (None, {}) if files else store_write_parallelism(self.spark, store.size_bytes)
                     with session_settings(self.spark, parallelism):
                         compacted = self.spark.sql(compact_rows_sql(rows_of, staged, store_columns, partitions))
-                        _, written = self.logs.overwrite(store, compacted, metadata, replacing=files)
+                        self.logs.overwrite(store, compacted, metadata, replacing=files)
                     written = self.spark.table(staged).count()  # the refresh's rows, not the store's
                 else:
-                    _, written = self.logs.append(store, rows, metadata, held=collected is not None)
+                    commit = self.logs.append(store, rows, metadata, held=collected is not None)
+                    written = commit.rows
+                    if direct:
+                        staged = run.register(self.logs.written_rows(store, commit))
         except ConcurrentCommitError:
             raise
         except Exception as exc:
