@@ -1,6 +1,7 @@
 """Rows the driver holds, appended to a Delta table without a Spark job (runtime/driver_files.py): they
 read back as Spark's own append of the same rows, with the statistics Delta would have written for the
-columns it skips files by, and tables the file would not suit are left to Spark."""
+columns it skips files by, and tables the file would not suit are left to Spark. The key values the driver
+reads from the files holding a batch's changes include every changed row's."""
 
 from __future__ import annotations
 
@@ -84,3 +85,35 @@ def test_held_rows_read_back_as_sparks_append_with_its_statistics(spark, fresh_d
 def test_tables_a_driver_file_would_not_suit_are_left_to_spark(spark, fresh_db, definition):
     spark.sql(f"CREATE TABLE t {definition}")
     assert not driver_files.writable(DeltaLogs(spark).snapshot(f"{fresh_db}.t"))
+
+
+@pytest.mark.parametrize("vectors", [True, False])
+def test_values_read_from_the_changed_files_hold_every_changed_value(spark, fresh_db, vectors):
+    """For each kind of commit, the key values the driver reads from the files holding a batch's changes
+    (DeltaLogs.change_files) include every key of the change data feed's rows; a file with a deletion
+    vector, read whole, would hold rows the commit did not change, so such batches are left to Spark."""
+    spark.sql(f"CREATE TABLE t (k BIGINT, g INT) USING delta TBLPROPERTIES (delta.enableChangeDataFeed = true, "
+              f"delta.enableDeletionVectors = {str(vectors).lower()})")
+    statements = ["INSERT INTO t SELECT id, CAST(id % 7 AS INT) FROM range(0, 400)",
+                  "INSERT INTO t VALUES (1000, NULL), (1001, 3), (1001, 3)",
+                  "DELETE FROM t WHERE k % 50 = 3",
+                  "UPDATE t SET g = g + 1 WHERE k BETWEEN 100 AND 104",
+                  "OPTIMIZE t",
+                  "DELETE FROM t WHERE k >= 1000"]
+    logs = DeltaLogs(spark)
+    for statement in statements:
+        spark.sql(statement)
+        snapshot = logs.snapshot(f"{fresh_db}.t")
+        assert driver_files.readable(snapshot)
+        version = snapshot.version
+        feed = spark.sql(f"SELECT k, g FROM table_changes('{fresh_db}.t', {version}, {version}) "
+                         "WHERE _change_type <> 'update_preimage'").collect()
+        paths = logs.change_files(snapshot, version, version)
+        if paths is None:
+            assert vectors, f"{statement}: no deletion vector, yet the changed files were not listed"
+            continue
+        found = driver_files.column_values(snapshot, paths, ["k", "g"])
+        assert {r["k"] for r in feed} <= found["k"], statement
+        assert {r["g"] for r in feed if r["g"] is not None} <= found["g"], statement
+        if statement.startswith("OPTIMIZE"):
+            assert paths == [] and not feed  # rewrites no row

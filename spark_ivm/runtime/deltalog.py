@@ -226,6 +226,25 @@ class DeltaLogs:
                     _widen(ranges, action)
         return Changes(changed, rows, {c: tuple(r) for c, r in ranges.items() if r is not None}, tight, size)
 
+    def change_files(self, snapshot: TableSnapshot, start: int, end: int) -> list[str] | None:
+        """The data files whose rows, read whole, are every changed row of versions start..end and maybe
+        more (paths as the log gives them): a commit's change data files where it has some, as the change
+        data feed reads them, else the files it added and removed. None where one of those has a deletion
+        vector: read whole, such a file holds many rows the commit did not change."""
+        paths: list[str] = []
+        for version in range(start, end + 1):
+            actions = self.actions(snapshot, version)
+            cdc = [a["cdc"]["path"] for a in actions if "cdc" in a]
+            if cdc:
+                paths += cdc
+                continue
+            for added, removed in _files_by_path(actions).values():
+                changed = [a for a in added + removed if a.get("dataChange", True)]
+                if any(a.get("deletionVector") for a in changed):
+                    return None
+                paths += [a["path"] for a in changed]
+        return list(dict.fromkeys(paths))
+
     def _as_added(self, snapshot: TableSnapshot, version: int, removed: dict) -> dict:
         """The add action of a removed file, found in the commits before `version` (up to
         heuristics.FILE_LOOKBACK_VERSIONS of them), else the remove action itself."""

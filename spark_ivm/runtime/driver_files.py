@@ -1,4 +1,5 @@
-"""Rows the driver already holds, written as a Delta data file without a Spark job.
+"""Rows the driver already holds, written as a Delta data file without a Spark job; and the values of a
+few columns in a table's changed files, read by the driver without one.
 
 A refresh whose increments are few collects them to the driver (for views that keep their maps as
 literals). Writing them through Spark then costs a job of one task for a handful of rows; writing the
@@ -6,6 +7,10 @@ Parquet file here (pyarrow) and committing it as an AddFile in the same transact
 same rows. The file's statistics hold the row count, the NULL counts, and the lowest and highest values of
 integer and date columns: Delta and the store's reads skip files by those; a column without them is never
 skipped by.
+
+A refresh lists a batch's key values to bound the rows of the store it copies (see run.batch_values).
+Those values are in the files that hold the batch's changes (DeltaLogs.change_files), usually a few small
+ones: reading their key columns here costs a few milliseconds where a Spark job costs a tenth of a second.
 
 Only where the result is the same as Delta's own write: a table on the local file system, not
 partitioned, without column mapping, constraints, generated or identity columns, or a writer feature
@@ -91,3 +96,30 @@ def write_file(snapshot, rows: list[tuple]) -> str:
 
 def _stat(value):
     return value.isoformat() if isinstance(value, datetime.date) else value
+
+
+def readable(snapshot) -> bool:
+    """Whether the table's files hold its columns under their own names, on this machine's file system
+    (not partitioned, no column mapping)."""
+    metadata = json.loads(snapshot.handle[1].metadata().json())["metaData"]
+    return (local_folder(snapshot.location) is not None and not metadata.get("partitionColumns")
+            and (metadata.get("configuration") or {}).get("delta.columnMapping.mode", "none") == "none")
+
+
+def column_values(snapshot, paths: list[str], columns: list[str]) -> dict[str, set] | None:
+    """The distinct non-NULL values of `columns` in the table's files `paths` (as its log gives them:
+    relative to its folder, or absolute URIs); None if one of them is not on this machine."""
+    folder = local_folder(snapshot.location)
+    found: dict[str, set] = {c: set() for c in columns}
+    for path in paths:
+        url = urlparse(path)
+        if url.scheme and url.scheme != "file":
+            return None
+        try:
+            table = pq.read_table(unquote(url.path) if url.scheme else os.path.join(folder, unquote(path)),
+                                  columns=columns)
+        except (OSError, KeyError, pa.ArrowException):
+            return None  # e.g. a file cleaned up since, or a column by another name: Spark says which
+        for c in columns:
+            found[c].update(v for v in table.column(c).unique().to_pylist() if v is not None)
+    return found

@@ -29,6 +29,7 @@ from pyspark.sql.functions import broadcast
 
 from spark_ivm import heuristics
 from spark_ivm.heuristics import BROADCAST_BATCH_ROWS, LISTED_KEY_VALUES_MAX, checkpoint_partitions, lists_batch_values
+from spark_ivm.runtime import driver_files
 from spark_ivm.runtime import sources as source_tables
 from spark_ivm.runtime.deltalog import DeltaLogs, NotDeltaError, TableSnapshot
 from spark_ivm.runtime.sqlgen import literal_sql, quote
@@ -59,6 +60,7 @@ class RefreshRun:
         self.batch_ranges: dict[str, dict[str, tuple[str | None, str | None]]] = {}
         self._batch_values: dict[str, dict[str, list[str]]] = {}  # see batch_values
         self._listed_columns: dict[str, list[str]] = {}  # batch view -> its columns batch_values may list
+        self._batch_commits: dict[str, tuple] = {}  # batch view from the log -> (table, start, end)
         self.pins: dict[tuple, str] = {}
         self.stores: dict[str, str] = {}  # map store -> the view of the rows its maps are read from
         self.stages: dict[str, str] = {}  # a statement's stage (its SELECT) -> its view
@@ -271,11 +273,25 @@ class RefreshRun:
             found: dict[str, list] = {}
             if columns:
                 with self.timed("batches"):
-                    sets = self.spark.table(view).agg(*(F.collect_set(F.col(quote(c))) for c in columns)).first()
+                    sets = self._values_from_files(view, columns)
+                    if sets is None:
+                        sets = self.spark.table(view).agg(*(F.collect_set(F.col(quote(c))) for c in columns)).first()
                 found = {c: sorted(map(literal_sql, values)) for c, values in zip(columns, sets)
                          if len(values) <= LISTED_KEY_VALUES_MAX}
             self._batch_values[view] = found
         return self._batch_values[view]
+
+    def _values_from_files(self, view: str, columns: list[str]) -> list[set] | None:
+        """The values of the batch's columns read by the driver from the files that hold its changes (a
+        superset of them where those files hold other rows too, which bounds the store copy as well); None
+        where the batch is not one from the log, or its files are not read here (see driver_files)."""
+        if view not in self._batch_commits:
+            return None
+        table, start, end = self._batch_commits[view]
+        snapshot = self.snapshot(table)
+        paths = self.logs.change_files(snapshot, start, end) if driver_files.readable(snapshot) else None
+        found = None if paths is None else driver_files.column_values(snapshot, paths, columns)
+        return None if found is None else [found[c] for c in columns]
 
     def consolidate(self, wanted: dict[tuple, tuple]) -> None:
         """Consolidate the batches {(table, start, end): (columns, ranged columns, [readers])} not consolidated
@@ -299,6 +315,7 @@ class RefreshRun:
             # maps to meet it.
             rows = broadcast(rows)
         view = self.batches[key] = self.register(rows)
+        self._batch_commits[view] = key
         self.batch_rows[view] = size
         self.batch_ranges[view] = {c: (None, None) if low is None else (literal_sql(low), literal_sql(high))
                                    for c, (low, high) in ranges.items()}
@@ -331,6 +348,7 @@ class RefreshRun:
         # them all: each scan of a change data feed in a plan costs planning of its own (Delta reads the
         # commits to list the files of each), keeping it costs planning once.
         view = self.batches[key] = self.register(self.persisted(rows) if readers[0] > 1 else rows)
+        self._batch_commits[view] = key
         # Unknown counts as large: the batch then drives no join (see sqlgen.Sources.drives).
         self.batch_rows[view] = BROADCAST_BATCH_ROWS + 1 if size is None else size
         self.batch_ranges[view] = ranges
