@@ -60,7 +60,7 @@ class RefreshRun:
         self.batch_ranges: dict[str, dict[str, tuple[str | None, str | None]]] = {}
         self._batch_values: dict[str, dict[str, list[str]]] = {}  # see batch_values
         self._listed_columns: dict[str, list[str]] = {}  # batch view -> its columns batch_values may list
-        self._batch_commits: dict[str, tuple] = {}  # batch view from the log -> (table, start, end)
+        self._batch_commits: dict[str, tuple] = {}  # batch view -> (table, start, end) of its commits
         self.pins: dict[tuple, str] = {}
         self.stores: dict[str, str] = {}  # map store -> the view of the rows its maps are read from
         self.stages: dict[str, str] = {}  # a statement's stage (its SELECT) -> its view
@@ -284,7 +284,7 @@ class RefreshRun:
     def _values_from_files(self, view: str, columns: list[str]) -> list[set] | None:
         """The values of the batch's columns read by the driver from the files that hold its changes (a
         superset of them where those files hold other rows too, which bounds the store copy as well); None
-        where the batch is not one from the log, or its files are not read here (see driver_files)."""
+        where its files are not read here (see driver_files)."""
         if view not in self._batch_commits:
             return None
         table, start, end = self._batch_commits[view]
