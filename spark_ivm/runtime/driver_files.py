@@ -60,11 +60,9 @@ def writable(snapshot) -> bool:
     metadata = json.loads(jsnapshot.metadata().json())["metaData"]
     configuration = metadata.get("configuration") or {}
     fields = json.loads(metadata["schemaString"])["fields"]
-    return (local_folder(snapshot.location) is not None
+    return (readable(snapshot)
             and set(protocol.get("writerFeatures") or ()) <= _WRITER_FEATURES
             and protocol.get("minWriterVersion", 0) in (2, 3, 4, 7)
-            and not metadata.get("partitionColumns")
-            and configuration.get("delta.columnMapping.mode", "none") == "none"
             and not any(k.startswith("delta.constraints.") for k in configuration)
             and all(f.get("nullable", True) and not f.get("metadata") for f in fields)
             and all(arrow_type(t) is not None for _, t in snapshot.columns))

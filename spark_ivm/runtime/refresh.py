@@ -463,11 +463,11 @@ class StoreRefresh:
                     staged = run.register(collected)
             # At once, the write computes the staged rows itself and the views read them back from the files
             # it added: no copy of them is kept first. A compaction reads them twice, so it reads a copy.
-            direct = collected is None and not run.materialize and not compact
             if collected is None and not run.materialize and compact:
                 run.materialize = True  # computed once now, for the write and for the views
                 staged = run.checkpoint(f"SELECT * FROM {staged}", step="triggers")
                 rows = self.spark.table(staged)
+            direct = collected is None and not run.materialize
             with run.timed("write"), session_settings(self.spark, STORE_WRITE_SETTINGS):
                 if compact:
                     files = self._compacted_files(store, sequence // compact_every)

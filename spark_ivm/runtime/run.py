@@ -60,7 +60,6 @@ class RefreshRun:
         self.batch_ranges: dict[str, dict[str, tuple[str | None, str | None]]] = {}
         self._batch_values: dict[str, dict[str, list[str]]] = {}  # see batch_values
         self._listed_columns: dict[str, list[str]] = {}  # batch view -> its columns batch_values may list
-        self._batch_commits: dict[str, tuple] = {}  # batch view -> (table, start, end) of its commits
         self.pins: dict[tuple, str] = {}
         self.stores: dict[str, str] = {}  # map store -> the view of the rows its maps are read from
         self.stages: dict[str, str] = {}  # a statement's stage (its SELECT) -> its view
@@ -285,9 +284,10 @@ class RefreshRun:
         """The values of the batch's columns read by the driver from the files that hold its changes (a
         superset of them where those files hold other rows too, which bounds the store copy as well); None
         where its files are not read here (see driver_files)."""
-        if view not in self._batch_commits:
+        commits = [key for key, batch in self.batches.items() if batch == view]
+        if not commits:
             return None
-        table, start, end = self._batch_commits[view]
+        table, start, end = commits[0]
         snapshot = self.snapshot(table)
         paths = self.logs.change_files(snapshot, start, end) if driver_files.readable(snapshot) else None
         found = None if paths is None else driver_files.column_values(snapshot, paths, columns)
@@ -315,7 +315,6 @@ class RefreshRun:
             # maps to meet it.
             rows = broadcast(rows)
         view = self.batches[key] = self.register(rows)
-        self._batch_commits[view] = key
         self.batch_rows[view] = size
         self.batch_ranges[view] = {c: (None, None) if low is None else (literal_sql(low), literal_sql(high))
                                    for c, (low, high) in ranges.items()}
@@ -348,7 +347,6 @@ class RefreshRun:
         # them all: each scan of a change data feed in a plan costs planning of its own (Delta reads the
         # commits to list the files of each), keeping it costs planning once.
         view = self.batches[key] = self.register(self.persisted(rows) if readers[0] > 1 else rows)
-        self._batch_commits[view] = key
         # Unknown counts as large: the batch then drives no join (see sqlgen.Sources.drives).
         self.batch_rows[view] = BROADCAST_BATCH_ROWS + 1 if size is None else size
         self.batch_ranges[view] = ranges
