@@ -280,6 +280,14 @@ BROADCAST_BATCH_ROWS = _threshold(
     "BROADCAST_BATCH_ROWS", 200_000,
     "A consolidated batch of at most this many rows is broadcast to the joins that read it.")
 
+# A batch read by the driver costs what reading its files and handing the rows to Spark cost; read by Spark,
+# it costs planning the change data feed (Delta lists the commits' files) and a job per scan. Spark keeps
+# a relation handed to it as rows in the plan itself up to spark.sql.execution.arrow.localRelationThreshold
+# (48 MB of Arrow data by default), which a few megabytes of Parquet stay under.
+DRIVER_BATCH_BYTES = _threshold(
+    "DRIVER_BATCH_BYTES", 4 << 20,
+    "A batch whose change files take at most this many bytes is read by the driver, not by Spark.")
+
 # See runtime/run.py: "at once". Each materialized intermediate result costs a Spark job of its own: a light
 # view's refresh is mostly such jobs. A statement that re-evaluates reads its stages several times, and
 # in one query Spark would compute a stage again at every read; many statements make one plan that

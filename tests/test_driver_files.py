@@ -12,6 +12,7 @@ import pytest
 from pyspark.sql import DataFrame
 
 from spark_ivm.runtime import driver_files
+from spark_ivm.runtime import sources as source_tables
 from spark_ivm.runtime.deltalog import DeltaLogs
 
 pytestmark = pytest.mark.runtime
@@ -108,7 +109,8 @@ def test_values_read_from_the_changed_files_hold_every_changed_value(spark, fres
         version = snapshot.version
         feed = spark.sql(f"SELECT k, g FROM table_changes('{fresh_db}.t', {version}, {version}) "
                          "WHERE _change_type <> 'update_preimage'").collect()
-        paths = logs.change_files(snapshot, version, version)
+        files = logs.change_files(snapshot, version, version)
+        paths = None if files is None else [f.path for f in files]
         if paths is None:
             assert vectors, f"{statement}: no deletion vector, yet the changed files were not listed"
             continue
@@ -117,3 +119,42 @@ def test_values_read_from_the_changed_files_hold_every_changed_value(spark, fres
         assert {r["g"] for r in feed if r["g"] is not None} <= found["g"], statement
         if statement.startswith("OPTIMIZE"):
             assert paths == [] and not feed  # rewrites no row
+
+
+@pytest.mark.parametrize("vectors", [True, False])
+def test_changes_read_by_the_driver_are_the_consolidated_change_data_feed(spark, fresh_db, vectors):
+    """The rows the driver reads from a batch's change files (driver_files.change_rows) and nets are the
+    change data feed's rows netted by Spark, for every kind of commit and for ranges of several commits
+    (where rows inserted and deleted again cancel), with NULLs and duplicate rows; where the log does not
+    let the driver read them (a deletion vector, a change of the table's columns), Spark does."""
+    spark.sql(f"CREATE TABLE t (k BIGINT, g INT, name STRING, v DECIMAL(12,2), d DATE, b BOOLEAN, x DOUBLE) "
+              f"USING delta TBLPROPERTIES (delta.enableChangeDataFeed = true, "
+              f"delta.enableDeletionVectors = {str(vectors).lower()})")
+    statements = ["INSERT INTO t SELECT id, CAST(id % 7 AS INT), CONCAT('n', id % 5), id / 8, "
+                  "DATE_ADD(DATE '2020-01-01', CAST(id % 30 AS INT)), id % 2 = 0, id / 3 FROM range(0, 300)",
+                  "INSERT INTO t VALUES (1000, NULL, NULL, NULL, NULL, NULL, NULL), "
+                  "(1001, 3, 'é', 1.25, DATE '1969-12-31', TRUE, 2.5), (1001, 3, 'é', 1.25, DATE '1969-12-31', TRUE, 2.5)",
+                  "DELETE FROM t WHERE k % 50 = 3",
+                  "UPDATE t SET g = g + 1, name = NULL WHERE k BETWEEN 100 AND 104",
+                  "OPTIMIZE t",
+                  "DELETE FROM t WHERE k >= 1000",
+                  "ALTER TABLE t ADD COLUMNS (extra INT)"]
+    columns = [("k", "bigint"), ("g", "int"), ("name", "string"), ("v", "decimal(12,2)"), ("d", "date"),
+               ("b", "boolean"), ("x", "double")]
+    logs = DeltaLogs(spark)
+    first = None
+    for statement in statements:
+        spark.sql(statement)
+        snapshot = logs.snapshot(f"{fresh_db}.t")
+        version = snapshot.version
+        first = version if first is None else first
+        for start in sorted({version, first}):
+            feed = spark.sql(source_tables.change_rows_sql(f"{fresh_db}.t", start, version, columns)).collect()
+            files = logs.change_files(snapshot, start, version)
+            if files is None:
+                assert vectors or statement.startswith("ALTER"), f"{statement}: the driver read no change file"
+                continue
+            held = driver_files.change_rows(snapshot, files, columns, "m")
+            assert held is not None, statement
+            ours = sorted(tuple(r.values()) for r in held.to_pylist())
+            assert ours == sorted(tuple(r) for r in feed), f"{statement} ({start}..{version})"

@@ -50,6 +50,15 @@ class NotDeltaError(IVMError):
 
 
 @dataclass(frozen=True)
+class ChangeFile:
+    """A data file holding changes of a table: kind `cdc` (a change data file: each row's `_change_type`
+    says its change), `add` (each row inserted) or `remove` (each row deleted); size in bytes."""
+    path: str  # as the log gives it: relative to the table's folder, or an absolute URI
+    kind: str
+    size: int
+
+
+@dataclass(frozen=True)
 class TableSnapshot:
     """A Delta table as of its latest version when it was looked up."""
     table: str  # as named when looked up
@@ -226,24 +235,29 @@ class DeltaLogs:
                     _widen(ranges, action)
         return Changes(changed, rows, {c: tuple(r) for c, r in ranges.items() if r is not None}, tight, size)
 
-    def change_files(self, snapshot: TableSnapshot, start: int, end: int) -> list[str] | None:
-        """The data files whose rows, read whole, are every changed row of versions start..end and maybe
-        more (paths as the log gives them): a commit's change data files where it has some, as the change
-        data feed reads them, else the files it added and removed. None where one of those has a deletion
-        vector: read whole, such a file holds many rows the commit did not change."""
-        paths: list[str] = []
+    def change_files(self, snapshot: TableSnapshot, start: int, end: int) -> list[ChangeFile] | None:
+        """The data files that hold the changes of versions start..end as the change data feed reads them: a
+        commit's change data files where it has some, else the files it added (each row inserted) and
+        removed (each row deleted). None where one of those has a deletion vector (read whole, such a file
+        holds many rows the commit did not change) or a commit changes the table's metadata (its columns or
+        whether it records changes)."""
+        files: list[ChangeFile] = []
         for version in range(start, end + 1):
             actions = self.actions(snapshot, version)
-            cdc = [a["cdc"]["path"] for a in actions if "cdc" in a]
+            if any("metaData" in a for a in actions):
+                return None
+            cdc = [a["cdc"] for a in actions if "cdc" in a]
             if cdc:
-                paths += cdc
+                files += [ChangeFile(a["path"], "cdc", int(a.get("size", 0))) for a in cdc]
                 continue
             for added, removed in _files_by_path(actions).values():
-                changed = [a for a in added + removed if a.get("dataChange", True)]
-                if any(a.get("deletionVector") for a in changed):
-                    return None
-                paths += [a["path"] for a in changed]
-        return list(dict.fromkeys(paths))
+                for kind, file_actions in (("add", added), ("remove", removed)):
+                    for action in file_actions:
+                        if action.get("dataChange", True):
+                            if action.get("deletionVector"):
+                                return None
+                            files.append(ChangeFile(action["path"], kind, int(action.get("size", 0))))
+        return files
 
     def _as_added(self, snapshot: TableSnapshot, version: int, removed: dict) -> dict:
         """The add action of a removed file, found in the commits before `version` (up to

@@ -8,9 +8,11 @@ same rows. The file's statistics hold the row count, the NULL counts, and the lo
 integer and date columns: Delta and the store's reads skip files by those; a column without them is never
 skipped by.
 
-A refresh lists a batch's key values to bound the rows of the store it copies (see run.batch_values).
-Those values are in the files that hold the batch's changes (DeltaLogs.change_files), usually a few small
-ones: reading their key columns here costs a few milliseconds where a Spark job costs a tenth of a second.
+A refresh reads a small batch here (see run.RefreshRun._consolidate_on_driver): the files that hold its
+changes (DeltaLogs.change_files), usually a few small ones, read with pyarrow and netted, cost a few
+milliseconds where planning Spark's read of the change data feed and a job per scan cost tenths of a
+second. Of a batch Spark reads, the key values that bound the rows of the store a refresh copies (see
+run.batch_values) are read from those files here, with no job.
 
 Only where the result is the same as Delta's own write: a table on the local file system, not
 partitioned, without column mapping, constraints, generated or identity columns, or a writer feature
@@ -28,7 +30,10 @@ import uuid
 from urllib.parse import unquote, urlparse
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
+
+from spark_ivm.runtime.sources import CHANGE_SIGNS
 
 # The writer features of a table these files may be added to: none of them asks anything of an AddFile.
 _WRITER_FEATURES = {"appendOnly", "invariants", "deletionVectors", "changeDataFeed"}
@@ -107,17 +112,57 @@ def readable(snapshot) -> bool:
 def column_values(snapshot, paths: list[str], columns: list[str]) -> dict[str, set] | None:
     """The distinct non-NULL values of `columns` in the table's files `paths` (as its log gives them:
     relative to its folder, or absolute URIs); None if one of them is not on this machine."""
-    folder = local_folder(snapshot.location)
     found: dict[str, set] = {c: set() for c in columns}
-    for path in paths:
-        url = urlparse(path)
-        if url.scheme and url.scheme != "file":
+    for path in dict.fromkeys(paths):
+        table = _read(snapshot, path, columns)
+        if table is None:
             return None
-        try:
-            table = pq.read_table(unquote(url.path) if url.scheme else os.path.join(folder, unquote(path)),
-                                  columns=columns)
-        except (OSError, KeyError, pa.ArrowException):
-            return None  # e.g. a file cleaned up since, or a column by another name: Spark says which
         for c in columns:
             found[c].update(v for v in table.column(c).unique().to_pylist() if v is not None)
     return found
+
+
+def change_rows(snapshot, files, columns: list[tuple[str, str]], multiplicity: str) -> pa.Table | None:
+    """The changes the table's change files (DeltaLogs.change_files) hold, consolidated as the change data
+    feed's rows would be: one row per distinct tuple of `columns` ((name, Spark SQL type)) with its net
+    multiplicity (column `multiplicity`, int64), rows whose changes cancel left out. None where a column's
+    type is not read here exactly or a file is not on this machine or lacks a column."""
+    types = [arrow_type(t) for _, t in columns]
+    if not columns or any(t is None for t in types):
+        return None
+    names = [c for c, _ in columns]
+    schema = pa.schema([pa.field(c, t) for c, t in zip(names, types)])
+    kinds = pa.array(list(CHANGE_SIGNS))
+    signs = pa.array(list(CHANGE_SIGNS.values()), pa.int64())
+    parts = []
+    for file in files:
+        table = _read(snapshot, file.path, names + (["_change_type"] if file.kind == "cdc" else []))
+        if table is None:
+            return None
+        if file.kind == "cdc":
+            sign = pc.fill_null(pc.take(signs, pc.index_in(table.column("_change_type"), value_set=kinds)), 0)
+        else:
+            sign = pa.array([1 if file.kind == "add" else -1] * table.num_rows, pa.int64())
+        try:
+            rows = table.select(names).cast(schema)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            return None
+        parts.append(rows.append_column(multiplicity, sign))
+    if not parts:
+        return pa.table({**{c: pa.array([], t) for c, t in zip(names, types)}, multiplicity: pa.array([], pa.int64())})
+    netted = pa.concat_tables(parts).group_by(names, use_threads=False).aggregate([(multiplicity, "sum")])
+    total = netted.column(f"{multiplicity}_sum")
+    return pa.table([netted.column(c) for c in names] + [total], names=names + [multiplicity]).filter(
+        pc.not_equal(total, 0))
+
+
+def _read(snapshot, path: str, columns: list[str]) -> pa.Table | None:
+    """The columns of one of the table's files; None if it is not on this machine, is gone, or lacks one."""
+    url = urlparse(path)
+    if url.scheme and url.scheme != "file":
+        return None
+    local = unquote(url.path) if url.scheme else os.path.join(local_folder(snapshot.location), unquote(path))
+    try:
+        return pq.read_table(local, columns=columns)
+    except (OSError, KeyError, pa.ArrowException):
+        return None  # e.g. a file cleaned up since, or a column by another name: Spark says which

@@ -10,6 +10,7 @@ heuristics.plans_at_once):
 - at once: they are temporary views of their SQL, computed only by the one query that writes the store,
   in which Spark computes each shared part once where it can (an exchange reused). A batch's size and
   ranges then come from its Delta log (no job), as an upper bound and ranges that hold its rows.
+Either way a small batch is read by the driver instead (no job, exact size and ranges) where it can be.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 
+import pyarrow.compute as pc
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
@@ -32,7 +34,7 @@ from spark_ivm.heuristics import BROADCAST_BATCH_ROWS, LISTED_KEY_VALUES_MAX, ch
 from spark_ivm.runtime import driver_files
 from spark_ivm.runtime import sources as source_tables
 from spark_ivm.runtime.deltalog import DeltaLogs, NotDeltaError, TableSnapshot
-from spark_ivm.runtime.sqlgen import literal_sql, quote
+from spark_ivm.runtime.sqlgen import MULTIPLICITY, literal_sql, quote
 
 log = logging.getLogger("spark_ivm")
 
@@ -60,6 +62,7 @@ class RefreshRun:
         self.batch_ranges: dict[str, dict[str, tuple[str | None, str | None]]] = {}
         self._batch_values: dict[str, dict[str, list[str]]] = {}  # see batch_values
         self._listed_columns: dict[str, list[str]] = {}  # batch view -> its columns batch_values may list
+        self._held_batches: dict[str, object] = {}  # batch view -> its rows, read by the driver (pyarrow)
         self.pins: dict[tuple, str] = {}
         self.stores: dict[str, str] = {}  # map store -> the view of the rows its maps are read from
         self.stages: dict[str, str] = {}  # a statement's stage (its SELECT) -> its view
@@ -284,13 +287,16 @@ class RefreshRun:
         """The values of the batch's columns read by the driver from the files that hold its changes (a
         superset of them where those files hold other rows too, which bounds the store copy as well); None
         where its files are not read here (see driver_files)."""
+        held = self._held_batches.get(view)
+        if held is not None:
+            return [set(held.column(c).drop_null().unique().to_pylist()) for c in columns]
         commits = [key for key, batch in self.batches.items() if batch == view]
         if not commits:
             return None
         table, start, end = commits[0]
         snapshot = self.snapshot(table)
-        paths = self.logs.change_files(snapshot, start, end) if driver_files.readable(snapshot) else None
-        found = None if paths is None else driver_files.column_values(snapshot, paths, columns)
+        files = self.logs.change_files(snapshot, start, end) if driver_files.readable(snapshot) else None
+        found = None if files is None else driver_files.column_values(snapshot, [f.path for f in files], columns)
         return None if found is None else [found[c] for c in columns]
 
     def consolidate(self, wanted: dict[tuple, tuple]) -> None:
@@ -299,11 +305,43 @@ class RefreshRun:
         statements' queries read the batch."""
         with self.timed("batches"):
             for key in wanted:
-                if key not in self.batches:
+                if key not in self.batches and not self._consolidate_on_driver(key, *wanted[key][:2]):
                     if self.materialize:
                         self._consolidate(key, *wanted[key])
                     else:
                         self._consolidate_from_log(key, *wanted[key])
+
+    def _consolidate_on_driver(self, key: tuple, columns, ranged) -> bool:
+        """Consolidate a small batch on the driver: its change files read with pyarrow and netted there, handed
+        to Spark as a local relation. Its size, ranges and values are then exact, and no query plans or scans
+        the change data feed: planning a read of it makes Delta list the commits' files, once per scan or once
+        for a cached batch, and each scan is a Spark job. False where the driver does not read the batch
+        (see driver_files.change_rows) or its files pass heuristics.DRIVER_BATCH_BYTES."""
+        table, start, end = key
+        snapshot = self.snapshot(table)
+        if snapshot is None or not driver_files.readable(snapshot):
+            return False
+        files = self.logs.change_files(snapshot, start, end)
+        if files is None or sum(f.size for f in files) > heuristics.DRIVER_BATCH_BYTES:
+            return False
+        held = driver_files.change_rows(snapshot, files, list(columns), MULTIPLICITY)
+        if held is None:
+            return False
+        schema = ", ".join(f"{quote(c)} {t}" for c, t in columns) + f", {MULTIPLICITY} BIGINT"
+        rows = self.spark.createDataFrame(held, schema=schema)
+        size = held.num_rows
+        if 0 < size <= BROADCAST_BATCH_ROWS:
+            rows = broadcast(rows)
+        view = self.batches[key] = self.register(rows)
+        self._held_batches[view] = held
+        self.batch_rows[view] = size
+        ranges = {c: tuple(value.as_py() for value in pc.min_max(held.column(c)).values())
+                  for c, t in columns if c in ranged and _RANGED_TYPE.fullmatch(t)}
+        self.batch_ranges[view] = {c: (None, None) if low is None else (literal_sql(low), literal_sql(high))
+                                   for c, (low, high) in ranges.items()}
+        self._listed_columns[view] = [c for c, (low, high) in ranges.items()
+                                      if low is not None and lists_batch_values(size, _span(low, high))]
+        return True
 
     def _consolidate(self, key: tuple, columns, ranged, readers=(1,)) -> None:
         table, start, end = key
