@@ -329,25 +329,20 @@ class RefreshRun:
             return False
         schema = ", ".join(f"{quote(c)} {t}" for c, t in columns) + f", {MULTIPLICITY} BIGINT"
         rows = self.spark.createDataFrame(held, schema=schema)
-        size = held.num_rows
-        if 0 < size <= BROADCAST_BATCH_ROWS:
-            rows = broadcast(rows)
-        view = self.batches[key] = self.register(rows)
-        self._held_batches[view] = held
-        self.batch_rows[view] = size
         ranges = {c: tuple(value.as_py() for value in pc.min_max(held.column(c)).values())
                   for c, t in columns if c in ranged and _RANGED_TYPE.fullmatch(t)}
-        self.batch_ranges[view] = {c: (None, None) if low is None else (literal_sql(low), literal_sql(high))
-                                   for c, (low, high) in ranges.items()}
-        self._listed_columns[view] = [c for c, (low, high) in ranges.items()
-                                      if low is not None and lists_batch_values(size, _span(low, high))]
+        self._held_batches[self._register_batch(key, rows, held.num_rows, ranges)] = held
         return True
 
     def _consolidate(self, key: tuple, columns, ranged, readers=(1,)) -> None:
         table, start, end = key
         rows = self._local_checkpoint(source_tables.change_rows_sql(table, start, end, columns))
         ranged = [c for c, t in columns if c in ranged and _RANGED_TYPE.fullmatch(t)]
-        size, ranges = _count_and_ranges(rows, ranged)
+        self._register_batch(key, rows, *_count_and_ranges(rows, ranged))
+
+    def _register_batch(self, key: tuple, rows, size: int, ranges: dict[str, tuple]) -> str:
+        """Register a consolidated batch of `size` rows with each ranged column's (lowest, highest) value
+        ((None, None) where only NULLs); its view."""
         if 0 < size <= BROADCAST_BATCH_ROWS:
             # A batch is small next to the maps it joins: copy it to every task instead of shuffling the
             # maps to meet it.
@@ -358,6 +353,7 @@ class RefreshRun:
                                    for c, (low, high) in ranges.items()}
         self._listed_columns[view] = [c for c, (low, high) in ranges.items()
                                       if low is not None and lists_batch_values(size, _span(low, high))]
+        return view
 
     def _consolidate_from_log(self, key: tuple, columns, ranged, readers=(1,)) -> None:
         """The batch as a view of its changes, not consolidated (see sources.change_rows_sql), its size and
