@@ -142,14 +142,14 @@ def change_rows(snapshot, files, columns: list[tuple[str, str]], multiplicity: s
         if file.kind == "cdc":
             sign = pc.fill_null(pc.take(signs, pc.index_in(table.column("_change_type"), value_set=kinds)), 0)
         else:
-            sign = pa.array([1 if file.kind == "add" else -1] * table.num_rows, pa.int64())
+            sign = pa.repeat(pa.scalar(1 if file.kind == "add" else -1, pa.int64()), table.num_rows)
         try:
             rows = table.select(names).cast(schema)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
             return None
         parts.append(rows.append_column(multiplicity, sign))
     if not parts:
-        return pa.table({**{c: pa.array([], t) for c, t in zip(names, types)}, multiplicity: pa.array([], pa.int64())})
+        return schema.append(pa.field(multiplicity, pa.int64())).empty_table()
     netted = pa.concat_tables(parts).group_by(names, use_threads=False).aggregate([(multiplicity, "sum")])
     total = netted.column(f"{multiplicity}_sum")
     return pa.table([netted.column(c) for c in names] + [total], names=names + [multiplicity]).filter(

@@ -330,15 +330,14 @@ class RefreshRun:
         schema = ", ".join(f"{quote(c)} {t}" for c, t in columns) + f", {MULTIPLICITY} BIGINT"
         rows = self.spark.createDataFrame(held, schema=schema)
         ranges = {c: tuple(value.as_py() for value in pc.min_max(held.column(c)).values())
-                  for c, t in columns if c in ranged and _RANGED_TYPE.fullmatch(t)}
+                  for c in _ranged_columns(columns, ranged)}
         self._held_batches[self._register_batch(key, rows, held.num_rows, ranges)] = held
         return True
 
     def _consolidate(self, key: tuple, columns, ranged, readers=(1,)) -> None:
         table, start, end = key
         rows = self._local_checkpoint(source_tables.change_rows_sql(table, start, end, columns))
-        ranged = [c for c, t in columns if c in ranged and _RANGED_TYPE.fullmatch(t)]
-        self._register_batch(key, rows, *_count_and_ranges(rows, ranged))
+        self._register_batch(key, rows, *_count_and_ranges(rows, _ranged_columns(columns, ranged)))
 
     def _register_batch(self, key: tuple, rows, size: int, ranges: dict[str, tuple]) -> str:
         """Register a consolidated batch of `size` rows with each ranged column's (lowest, highest) value
@@ -388,6 +387,11 @@ class RefreshRun:
         # heuristics.lists_batch_values): for others a job would list a few values that the range holds anyway.
         self._listed_columns[view] = [c for c, (low, high) in found.items() if _span(low, high) is not None
                                       and size is not None and lists_batch_values(size, _span(low, high))]
+
+
+def _ranged_columns(columns, ranged) -> list[str]:
+    """Of the ranged columns, those whose values order and print exactly as literals (_RANGED_TYPE)."""
+    return [c for c, t in columns if c in ranged and _RANGED_TYPE.fullmatch(t)]
 
 
 def _count_and_ranges(rows, columns: list[str]) -> tuple[int, dict[str, tuple]]:
