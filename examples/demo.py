@@ -193,7 +193,7 @@ def run_demo(spark, args) -> int:
     runs = [ViewRun(q, f"tpch_{q.name}") for q in queries]
 
     step(f"1. TPC-H at scale factor {args.scale:g}: generate with tpchgen-cli, hold back "
-         f"{HOLD_BACK:.0%} of the orders, load into Delta tables in database {DATABASE}")
+         f"{HOLD_BACK:.1%} of the orders, load into Delta tables in database {DATABASE}")
     t = time.perf_counter()
     counts = tpch.load_tpch(spark, args.scale, DATABASE, hold_back=HOLD_BACK,
                             data_dir=DATA_CACHE / f"sf{args.scale:g}")

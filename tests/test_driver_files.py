@@ -8,10 +8,11 @@ from __future__ import annotations
 import json
 from decimal import Decimal
 
+import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import DataFrame
 
-from spark_ivm.runtime import driver_files
+from spark_ivm.runtime import deletion_vectors, driver_files
 from spark_ivm.runtime import sources as source_tables
 from spark_ivm.runtime.deltalog import DeltaLogs
 
@@ -110,51 +111,106 @@ def test_values_read_from_the_changed_files_hold_every_changed_value(spark, fres
         feed = spark.sql(f"SELECT k, g FROM table_changes('{fresh_db}.t', {version}, {version}) "
                          "WHERE _change_type <> 'update_preimage'").collect()
         files = logs.change_files(snapshot, version, version)
-        paths = None if files is None else [f.path for f in files]
-        if paths is None:
-            assert vectors, f"{statement}: no deletion vector, yet the changed files were not listed"
-            continue
-        found = driver_files.column_values(snapshot, paths, ["k", "g"])
+        assert files is not None, statement
+        found = driver_files.column_values(snapshot, files, ["k", "g"])
         assert {r["k"] for r in feed} <= found["k"], statement
         assert {r["g"] for r in feed if r["g"] is not None} <= found["g"], statement
+        if vectors and statement.startswith("DELETE"):  # the vectors say which rows: no other row is read
+            assert found["k"] == {r["k"] for r in feed}, statement
         if statement.startswith("OPTIMIZE"):
-            assert paths == [] and not feed  # rewrites no row
+            assert files == [] and not feed  # rewrites no row
 
 
 @pytest.mark.parametrize("vectors", [True, False])
 def test_changes_read_by_the_driver_are_the_consolidated_change_data_feed(spark, fresh_db, vectors):
     """The rows the driver reads from a batch's change files (driver_files.change_rows) and nets are the
     change data feed's rows netted by Spark, for every kind of commit and for ranges of several commits
-    (where rows inserted and deleted again cancel), with NULLs and duplicate rows; where the log does not
-    let the driver read them (a deletion vector, a change of the table's columns), Spark does."""
+    (where rows inserted and deleted again cancel), with NULLs and duplicate rows. On a table with
+    deletion vectors: a first vector, a vector that grows, a file with a vector removed whole, in a file of
+    several row groups; a change of the table's columns leaves the batch to Spark."""
     spark.sql(f"CREATE TABLE t (k BIGINT, g INT, name STRING, v DECIMAL(12,2), d DATE, b BOOLEAN, x DOUBLE) "
               f"USING delta TBLPROPERTIES (delta.enableChangeDataFeed = true, "
               f"delta.enableDeletionVectors = {str(vectors).lower()})")
-    statements = ["INSERT INTO t SELECT id, CAST(id % 7 AS INT), CONCAT('n', id % 5), id / 8, "
-                  "DATE_ADD(DATE '2020-01-01', CAST(id % 30 AS INT)), id % 2 = 0, id / 3 FROM range(0, 300)",
-                  "INSERT INTO t VALUES (1000, NULL, NULL, NULL, NULL, NULL, NULL), "
-                  "(1001, 3, 'é', 1.25, DATE '1969-12-31', TRUE, 2.5), (1001, 3, 'é', 1.25, DATE '1969-12-31', TRUE, 2.5)",
+    rows = spark.sql("SELECT id AS k, CAST(id % 7 AS INT) AS g, CONCAT('n', id % 5) AS name, "
+                     "CAST(id / 8 AS DECIMAL(12,2)) AS v, DATE_ADD(DATE '2020-01-01', CAST(id % 30 AS INT)) AS d, "
+                     "id % 2 = 0 AS b, id / 3 AS x FROM range(0, 3000)").coalesce(1)
+    statements = [lambda: _in_row_groups_of(spark, 2048, lambda: rows.write.format("delta").mode("append")
+                                             .saveAsTable("t")),
+                  "INSERT INTO t VALUES (5000, NULL, NULL, NULL, NULL, NULL, NULL), "
+                  "(5001, 3, 'é', 1.25, DATE '1969-12-31', TRUE, 2.5), (5001, 3, 'é', 1.25, DATE '1969-12-31', TRUE, 2.5)",
                   "DELETE FROM t WHERE k % 50 = 3",
+                  "DELETE FROM t WHERE k % 50 = 4 OR k = 5000",
                   "UPDATE t SET g = g + 1, name = NULL WHERE k BETWEEN 100 AND 104",
+                  "DELETE FROM t WHERE k = 5001",
                   "OPTIMIZE t",
-                  "DELETE FROM t WHERE k >= 1000",
+                  "DELETE FROM t WHERE k % 500 = 7",
                   "ALTER TABLE t ADD COLUMNS (extra INT)"]
     columns = [("k", "bigint"), ("g", "int"), ("name", "string"), ("v", "decimal(12,2)"), ("d", "date"),
                ("b", "boolean"), ("x", "double")]
     logs = DeltaLogs(spark)
     first = None
+    kinds = set()
     for statement in statements:
-        spark.sql(statement)
+        spark.sql(statement) if isinstance(statement, str) else statement()
         snapshot = logs.snapshot(f"{fresh_db}.t")
         version = snapshot.version
+        if first is None:  # a file of several row groups, of which a vector's rows pick some
+            written = next(a["add"]["path"] for a in logs.actions(snapshot, version) if "add" in a)
+            folder = driver_files.local_folder(snapshot.location)
+            assert pq.ParquetFile(f"{folder}/{written}").metadata.num_row_groups > 2
         first = version if first is None else first
         for start in sorted({version, first}):
             feed = spark.sql(source_tables.change_rows_sql(f"{fresh_db}.t", start, version, columns)).collect()
             files = logs.change_files(snapshot, start, version)
             if files is None:
-                assert vectors or statement.startswith("ALTER"), f"{statement}: the driver read no change file"
+                assert statement == statements[-1], f"{statement}: the driver read no change file"
                 continue
+            kinds |= {(f.kind, f.before is not None and f.after is not None and bool(f.before)) for f in files}
             held = driver_files.change_rows(snapshot, files, columns, "m")
             assert held is not None, statement
             ours = sorted(tuple(r.values()) for r in held.to_pylist())
             assert ours == sorted(tuple(r) for r in feed), f"{statement} ({start}..{version})"
+    if vectors:  # a vector set on a file, one grown, a file with a vector removed
+        assert {("vectors", False), ("vectors", True)} <= kinds
+
+
+def _in_row_groups_of(spark, size: int, write) -> None:
+    """Run the write with Parquet row groups of about `size` bytes."""
+    hadoop = spark.sparkContext._jsc.hadoopConfiguration()
+    hadoop.set("parquet.block.size", str(size))
+    try:
+        write()
+    finally:
+        hadoop.unset("parquet.block.size")
+
+
+def test_inline_and_stored_vectors_read_alike(spark, fresh_db):
+    """A deletion vector stored inline in the log (Z85 text) reads as the same vector stored in a file."""
+    spark.sql("CREATE TABLE t (k BIGINT) USING delta TBLPROPERTIES (delta.enableDeletionVectors = true)")
+    spark.range(0, 100000).selectExpr("id AS k").coalesce(1).write.format("delta").mode("append").saveAsTable("t")
+    spark.sql("DELETE FROM t WHERE k % 3 = 0 OR k BETWEEN 70000 AND 90000")
+    logs = DeltaLogs(spark)
+    snapshot = logs.snapshot(f"{fresh_db}.t")
+    stored = next(a["add"]["deletionVector"] for a in logs.actions(snapshot, snapshot.version) if "add" in a)
+    folder = driver_files.local_folder(snapshot.location)
+    rows = deletion_vectors.deleted_rows(folder, stored)
+    assert len(rows) == stored["cardinality"] == len([k for k in range(100000) if k % 3 == 0 or 70000 <= k <= 90000])
+    assert set(rows) == {k for k in range(100000) if k % 3 == 0 or 70000 <= k <= 90000}
+    size = stored["sizeInBytes"]
+    with open(deletion_vectors._vector_file(folder, "u", stored["pathOrInlineDv"]), "rb") as file:
+        serialized = file.read()[stored["offset"] + 4:][:size]
+    inline = {"storageType": "i", "pathOrInlineDv": _z85(serialized), "sizeInBytes": size,
+              "cardinality": stored["cardinality"]}
+    assert deletion_vectors.deleted_rows(folder, inline) == rows
+    with pytest.raises(deletion_vectors.UnreadableVector):
+        deletion_vectors.deleted_rows(folder, {**stored, "offset": stored["offset"] + 1})
+
+
+def _z85(data: bytes) -> str:
+    alphabet = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.-:+=^!/*?&<>()[]{}@%$#"
+    data += b"\0" * (-len(data) % 4)
+    text = ""
+    for start in range(0, len(data), 4):
+        value = int.from_bytes(data[start:start + 4], "big")
+        text += "".join(alphabet[value // 85 ** p % 85] for p in range(4, -1, -1))
+    return text

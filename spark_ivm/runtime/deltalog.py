@@ -52,10 +52,16 @@ class NotDeltaError(IVMError):
 @dataclass(frozen=True)
 class ChangeFile:
     """A data file holding changes of a table: kind `cdc` (a change data file: each row's `_change_type`
-    says its change), `add` (each row inserted) or `remove` (each row deleted); size in bytes."""
+    says its change), `add` (each row inserted), `remove` (each row deleted) or `vectors` (a file whose
+    deletion vector a commit sets or changes: its rows live after the commit and not before are inserted,
+    those live before and not after deleted); size: the bytes of the changed rows in the file."""
     path: str  # as the log gives it: relative to the table's folder, or an absolute URI
     kind: str
     size: int
+    # Of kind `vectors`: the file's deletion vector before and after the commit ({} for none; None where the
+    # file is not in the table then).
+    before: dict | None = None
+    after: dict | None = None
 
 
 @dataclass(frozen=True)
@@ -238,9 +244,9 @@ class DeltaLogs:
     def change_files(self, snapshot: TableSnapshot, start: int, end: int) -> list[ChangeFile] | None:
         """The data files that hold the changes of versions start..end as the change data feed reads them: a
         commit's change data files where it has some, else the files it added (each row inserted) and
-        removed (each row deleted). None where one of those has a deletion vector (read whole, such a file
-        holds many rows the commit did not change) or a commit changes the table's metadata (its columns or
-        whether it records changes)."""
+        removed (each row deleted), and those whose deletion vector it changed (a DELETE on a table with
+        deletion vectors: the rows the new vector adds are deleted). None where a commit changes the
+        table's metadata (its columns or whether it records changes)."""
         files: list[ChangeFile] = []
         for version in range(start, end + 1):
             actions = self.actions(snapshot, version)
@@ -250,13 +256,16 @@ class DeltaLogs:
             if cdc:
                 files += [ChangeFile(a["path"], "cdc", int(a.get("size", 0))) for a in cdc]
                 continue
-            for added, removed in _files_by_path(actions).values():
-                for kind, file_actions in (("add", added), ("remove", removed)):
-                    for action in file_actions:
-                        if action.get("dataChange", True):
-                            if action.get("deletionVector"):
-                                return None
-                            files.append(ChangeFile(action["path"], kind, int(action.get("size", 0))))
+            for path, (added, removed) in _files_by_path(actions).items():
+                added = [a for a in added if a.get("dataChange", True)]
+                removed = [a for a in removed if a.get("dataChange", True)]
+                if len(added) > 1 or len(removed) > 1:
+                    return None
+                if any(a.get("deletionVector") for a in added + removed) or (added and removed):
+                    files.append(_vectors_change(path, added, removed))
+                else:
+                    files += [ChangeFile(path, kind, int(a.get("size", 0)))
+                              for kind, file_actions in (("add", added), ("remove", removed)) for a in file_actions]
         return files
 
     def _as_added(self, snapshot: TableSnapshot, version: int, removed: dict) -> dict:
@@ -424,6 +433,19 @@ def _files_by_path(actions: list[dict]) -> dict[str, tuple[list[dict], list[dict
             if kind in action:
                 files.setdefault(action[kind]["path"], ([], []))[i].append(action[kind])
     return files
+
+
+def _vectors_change(path: str, added: list[dict], removed: list[dict]) -> ChangeFile:
+    """The change of a file one commit adds or removes with a deletion vector, or adds back with another.
+    Its size is the changed rows' share of the file's bytes: the driver keeps only those rows."""
+    action = (added or removed)[0]
+    size, changed = int(action.get("size", 0)), _changed_rows(added, removed)
+    records = next((int(s["numRecords"]) for s in map(_stats, added + removed) if s and "numRecords" in s), None)
+    if changed is not None and records:
+        size = size * changed // records
+    return ChangeFile(path, "vectors", size,
+                      (removed[0].get("deletionVector") or {}) if removed else None,
+                      (added[0].get("deletionVector") or {}) if added else None)
 
 
 def _stats(action: dict) -> dict | None:

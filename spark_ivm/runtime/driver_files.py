@@ -29,10 +29,12 @@ import time
 import uuid
 from urllib.parse import unquote, urlparse
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from spark_ivm.runtime.deletion_vectors import UnreadableVector, deleted_rows
 from spark_ivm.runtime.sources import CHANGE_SIGNS
 
 # The writer features of a table these files may be added to: none of them asks anything of an AddFile.
@@ -109,16 +111,17 @@ def readable(snapshot) -> bool:
             and (metadata.get("configuration") or {}).get("delta.columnMapping.mode", "none") == "none")
 
 
-def column_values(snapshot, paths: list[str], columns: list[str]) -> dict[str, set] | None:
-    """The distinct non-NULL values of `columns` in the table's files `paths` (as its log gives them:
-    relative to its folder, or absolute URIs); None if one of them is not on this machine."""
+def column_values(snapshot, files, columns: list[str]) -> dict[str, set] | None:
+    """The distinct non-NULL values of `columns` in the table's change files (DeltaLogs.change_files): of
+    every row of a change data file or of a file added or removed whole, of the changed rows of a file
+    whose deletion vector changed. None if one of them is not read here."""
     found: dict[str, set] = {c: set() for c in columns}
-    for path in dict.fromkeys(paths):
-        table = _read(snapshot, path, columns)
-        if table is None:
+    for file in {(f.path, f.kind, repr(f.before), repr(f.after)): f for f in files}.values():
+        changes = _changes(snapshot, file, columns)
+        if changes is None:
             return None
         for c in columns:
-            found[c].update(v for v in table.column(c).unique().to_pylist() if v is not None)
+            found[c].update(v for v in changes[0].column(c).unique().to_pylist() if v is not None)
     return found
 
 
@@ -132,22 +135,16 @@ def change_rows(snapshot, files, columns: list[tuple[str, str]], multiplicity: s
         return None
     names = [c for c, _ in columns]
     schema = pa.schema([pa.field(c, t) for c, t in zip(names, types)])
-    kinds = pa.array(list(CHANGE_SIGNS))
-    signs = pa.array(list(CHANGE_SIGNS.values()), pa.int64())
     parts = []
     for file in files:
-        table = _read(snapshot, file.path, names + (["_change_type"] if file.kind == "cdc" else []))
-        if table is None:
+        changes = _changes(snapshot, file, names)
+        if changes is None:
             return None
-        if file.kind == "cdc":
-            sign = pc.fill_null(pc.take(signs, pc.index_in(table.column("_change_type"), value_set=kinds)), 0)
-        else:
-            sign = pa.repeat(pa.scalar(1 if file.kind == "add" else -1, pa.int64()), table.num_rows)
         try:
-            rows = table.select(names).cast(schema)
+            rows = changes[0].select(names).cast(schema)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
             return None
-        parts.append(rows.append_column(multiplicity, sign))
+        parts.append(rows.append_column(multiplicity, changes[1]))
     if not parts:
         return schema.append(pa.field(multiplicity, pa.int64())).empty_table()
     netted = pa.concat_tables(parts).group_by(names, use_threads=False).aggregate([(multiplicity, "sum")])
@@ -156,12 +153,76 @@ def change_rows(snapshot, files, columns: list[tuple[str, str]], multiplicity: s
         pc.not_equal(total, 0))
 
 
-def _read(snapshot, path: str, columns: list[str]) -> pa.Table | None:
-    """The columns of one of the table's files; None if it is not on this machine, is gone, or lacks one."""
+def _changes(snapshot, file, columns: list[str]) -> tuple[pa.Table, pa.Array] | None:
+    """The changed rows of one change file (their `columns`) and the sign of each (int64: +1 inserted,
+    -1 deleted); None where the file is not read here."""
+    local = _local(snapshot, file.path)
+    if local is None:
+        return None
+    if file.kind == "vectors":
+        return _vector_changes(snapshot, local, file, columns)
+    table = _read(local, columns + (["_change_type"] if file.kind == "cdc" else []))
+    if table is None:
+        return None
+    if file.kind == "cdc":
+        kinds = pa.array(list(CHANGE_SIGNS))
+        signs = pa.array(list(CHANGE_SIGNS.values()), pa.int64())
+        return table, pc.fill_null(pc.take(signs, pc.index_in(table.column("_change_type"), value_set=kinds)), 0)
+    return table, pa.repeat(pa.scalar(1 if file.kind == "add" else -1, pa.int64()), table.num_rows)
+
+
+def _vector_changes(snapshot, local: str, file, columns: list[str]) -> tuple[pa.Table, pa.Array] | None:
+    """The rows of a data file live after the commit and not before (+1), or before and not after (-1),
+    by its deletion vectors. Where the file stays in the table, only the row groups that hold such rows
+    are read."""
+    folder = local_folder(snapshot.location)
+    try:
+        before = None if file.before is None else deleted_rows(folder, file.before)
+        after = None if file.after is None else deleted_rows(folder, file.after)
+    except UnreadableVector:
+        return None
+    if before is None or after is None:  # the file added or removed with a vector: its other rows change
+        table = _read(local, columns)
+        if table is None:
+            return None
+        live = np.ones(table.num_rows, dtype=bool)
+        live[_indexes(before if after is None else after)] = False
+        table = table.filter(pa.array(live))
+        return table, pa.repeat(pa.scalar(-1 if after is None else 1, pa.int64()), table.num_rows)
+    deleted, restored = _indexes(after - before), _indexes(before - after)
+    rows = np.concatenate([deleted, restored])
+    signs = np.concatenate([np.full(len(deleted), -1, np.int64), np.full(len(restored), 1, np.int64)])
+    order = np.argsort(rows, kind="stable")
+    rows, signs = rows[order], signs[order]
+    try:
+        parquet = pq.ParquetFile(local)
+        counts = [parquet.metadata.row_group(g).num_rows for g in range(parquet.metadata.num_row_groups)]
+        starts = np.cumsum([0] + counts)
+        if len(rows) and rows[-1] >= starts[-1]:
+            return None
+        groups = np.searchsorted(starts, rows, side="right") - 1
+        parts = [parquet.read_row_group(int(g), columns=columns).take(pa.array(rows[groups == g] - starts[g]))
+                 for g in np.unique(groups)]  # ascending, as the rows are
+        table = pa.concat_tables(parts) if parts else parquet.schema_arrow.empty_table().select(columns)
+    except (OSError, KeyError, pa.ArrowException):
+        return None
+    return table, pa.array(signs)
+
+
+def _indexes(vector) -> np.ndarray:
+    return np.asarray(vector.to_array(), dtype=np.int64)
+
+
+def _local(snapshot, path: str) -> str | None:
+    """A file of the table (its path as the log gives it) on this machine; None for another file system."""
     url = urlparse(path)
     if url.scheme and url.scheme != "file":
         return None
-    local = unquote(url.path) if url.scheme else os.path.join(local_folder(snapshot.location), unquote(path))
+    return unquote(url.path) if url.scheme else os.path.join(local_folder(snapshot.location), unquote(path))
+
+
+def _read(local: str, columns: list[str]) -> pa.Table | None:
+    """The columns of one of the table's files; None if it is gone or lacks one."""
     try:
         return pq.read_table(local, columns=columns)
     except (OSError, KeyError, pa.ArrowException):

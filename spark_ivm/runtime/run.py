@@ -296,7 +296,7 @@ class RefreshRun:
         table, start, end = commits[0]
         snapshot = self.snapshot(table)
         files = self.logs.change_files(snapshot, start, end) if driver_files.readable(snapshot) else None
-        found = None if files is None else driver_files.column_values(snapshot, [f.path for f in files], columns)
+        found = None if files is None else driver_files.column_values(snapshot, files, columns)
         return None if found is None else [found[c] for c in columns]
 
     def consolidate(self, wanted: dict[tuple, tuple]) -> None:
