@@ -182,11 +182,11 @@ def _vector_changes(snapshot, local: str, file, columns: list[str]) -> tuple[pa.
     except UnreadableVector:
         return None
     if before is None or after is None:  # the file added or removed with a vector: its other rows change
-        table = _read(local, columns)
-        if table is None:
+        table, marked = _read(local, columns), _indexes(before if after is None else after)
+        if table is None or (len(marked) and marked[-1] >= table.num_rows):
             return None
         live = np.ones(table.num_rows, dtype=bool)
-        live[_indexes(before if after is None else after)] = False
+        live[marked] = False
         table = table.filter(pa.array(live))
         return table, pa.repeat(pa.scalar(-1 if after is None else 1, pa.int64()), table.num_rows)
     deleted, restored = _indexes(after - before), _indexes(before - after)
