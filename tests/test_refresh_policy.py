@@ -7,7 +7,7 @@ from __future__ import annotations
 import sqlglot
 
 from spark_ivm import compile_view
-from spark_ivm.calculus.analysis import map_key_bindings
+from spark_ivm.calculus.analysis import map_key_bindings, map_key_links
 from spark_ivm.calculus.expressions import aggsum, cmp, delta_rel, exists, lift, map_ref, prod, rel, sum_, var
 from spark_ivm.heuristics import (
     DEFAULT_CHECKPOINT_PARTITIONS, LISTED_BATCH_ROWS_MAX, SHARED_SOURCE_READ_MAX_BYTES, checkpoint_partitions,
@@ -77,6 +77,22 @@ def test_a_batch_fixes_the_keys_of_a_map_it_joins_in_one_product():
     # again does not repeat it.
     e = aggsum(["D"], prod(delta_rel("S", "B", "C"), delta_rel("S", "B", "E"), map_ref("m", "B", "D")))
     assert map_key_bindings(e) == [("m", ((0, "S", 0),))]
+
+
+def test_a_map_sharing_a_variable_with_a_map_the_batch_fixes_is_linked_to_it():
+    # ON C: q += ΔC(K) * m1[O, K] * m2[O]: m2's O holds only keys of m1's rows at the batch's K values.
+    e = aggsum([], prod(delta_rel("C", "K"), map_ref("m1", "O", "K"), map_ref("m2", "O"), map_ref("m3", "X")))
+    assert map_key_bindings(e) == [("m1", ((1, "C", 0),)), ("m2", ()), ("m3", ())]
+    assert map_key_links(e) == [("m1", ()), ("m2", ((0, "m1", 0),)), ("m3", ())]
+    # No map the batch fixes, no link; a map inside a nested aggregate is not linked either.
+    assert map_key_links(prod(map_ref("m1", "O", "K"), map_ref("m2", "O"))) == [("m1", ()), ("m2", ())]
+    nested = prod(delta_rel("C", "K"), map_ref("m1", "O", "K"), aggsum(["O"], map_ref("m2", "O")))
+    assert map_key_links(nested) == [("m1", ()), ("m2", ())]
+    # q3's trigger on customer: the lineitem map reached through the orders' map.
+    plan = compile_view("SELECT O.ok, SUM(L.p) FROM C, O, L WHERE C.ck = O.ck AND L.ok = O.ok GROUP BY O.ok",
+                        {"C": ["ck", "seg"], "O": ["ok", "ck"], "L": ["ok", "p"]}, name="q")
+    links = [link for s in plan.trigger("C").statements for _, link in map_key_links(s.expr)]
+    assert any(links), links
 
 
 def test_a_map_read_outside_a_product_with_a_batch_fixes_no_key():

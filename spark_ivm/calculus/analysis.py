@@ -240,15 +240,36 @@ def map_key_bindings(e: Expr) -> list[tuple[str, tuple[tuple[int, str, int], ...
     - or it is nested (in a lift, an existence test, a nested aggregate) in a factor to the right of such
       a factor: factors bind variables left to right, and a nested reference reads the bound value.
     Anything else fixes nothing: the tuple is empty."""
-    found: list[tuple[str, tuple[tuple[int, str, int], ...]]] = []
+    return [(name, fixed) for name, fixed, _ in _map_references(e)]
+
+
+def map_key_links(e: Expr) -> list[tuple[str, tuple[tuple[int, str, int], ...]]]:
+    """Every map reference in e, in the order of map_key_bindings, with the keys another map fixes: (map
+    name, ((key position, other map, its key position), …)). A key not fixed by a batch is fixed by
+    another map where both are factors of one product, share the key's variable, and a batch fixes a
+    key of the other: the product is zero unless the variable holds a key of the other map's rows at
+    the batch's values (a batch of customers reaches the lineitems' maps through the orders' map)."""
+    return [(name, links) for name, _, links in _map_references(e)]
+
+
+def _map_references(e: Expr) -> list[tuple[str, tuple, tuple]]:
+    found: list[tuple[str, tuple, tuple]] = []
 
     def fixed(ref: MapRef, columns: dict[str, tuple[str, int]]) -> tuple[tuple[int, str, int], ...]:
         return tuple((i, *columns[k]) for i, k in enumerate(ref.keys) if k in columns)
 
+    def linked(ref: MapRef, fixing: list[MapRef], columns: dict[str, tuple[str, int]]) -> tuple:
+        links = []
+        for i, k in enumerate(ref.keys):
+            other = next((g for g in fixing if g is not ref and k in g.keys), None)
+            if k not in columns and other is not None:
+                links.append((i, other.name, other.keys.index(k)))
+        return tuple(links)
+
     def visit(node: Expr, bound: dict[str, tuple[str, int]]) -> None:
         """bound: the variables bound to batch columns by the enclosing products' factors to the left."""
         if isinstance(node, MapRef):
-            found.append((node.name, fixed(node, bound)))
+            found.append((node.name, fixed(node, bound), ()))
             return
         if not isinstance(node, Prod):
             for child in node.children():
@@ -259,10 +280,11 @@ def map_key_bindings(e: Expr) -> list[tuple[str, tuple[tuple[int, str, int], ...
             if not isinstance(f, MapRef):
                 for v, column in batch_columns(f).items():
                     anywhere.setdefault(v, column)
+        fixing = [f for f in node.factors if isinstance(f, MapRef) and fixed(f, anywhere)]
         left = dict(bound)
         for f in node.factors:
             if isinstance(f, MapRef):
-                found.append((f.name, fixed(f, anywhere)))
+                found.append((f.name, fixed(f, anywhere), linked(f, fixing, anywhere)))
             else:
                 visit(f, left)
                 for v, column in batch_columns(f).items():

@@ -334,7 +334,7 @@ class StoreRefresh:
         for w, refs in zip(work, references):
             for table in w.changed:
                 _, ranged, readers = wanted.setdefault(w.batch_key(table), (w.entry.source_columns[table], set(), [0]))
-                ranged.update(c for _, fixed in refs[table] for _, c in fixed)
+                ranged.update(c for _, fixed, _ in refs[table] for _, c in fixed)
                 readers[0] += len(fuse(shared_products_of(w.entry, statements_of(w, table))[1]))
         try:
             run.consolidate(wanted)
@@ -566,18 +566,31 @@ def map_bounds(w: ViewRefresh, run: RefreshRun, references: dict[str, list], lis
     maps' rows of new keys, not all of them. `references`: per changed source, map_references.
 
     listed: only keys among the batch's values (run.batch_values), where the batch's are listed.
-    Delta skips no more files by them, but they leave fewer rows to copy."""
-    def bounded():
+    Delta skips no more files by them, but they leave fewer rows to copy.
+
+    With `listed`, also a key another map fixes (map_key_links): only keys of that map's rows as bounded
+    here, collected from the store (run.key_values). Not where a statement of the refresh writes that
+    map: a later source's statements read it with the earlier sources' increments, at keys the store
+    does not hold yet."""
+    written = {s.target for table in w.changed for s in statements_of(w, table)}
+
+    def bounded(through=None):
         for table in w.changed:
             batch = run.batch(*w.batch_key(table), w.entry.source_columns[table])
             if not run.batch_rows[batch]:
                 continue  # no statement of this source runs
             ranges, values = run.batch_ranges[batch], run.batch_values(batch) if listed else {}
-            for name, fixed in references[table]:
-                yield name, [key_set_sql(key, values[column]) if column in values
-                             else key_range_sql(key, *ranges[column]) for key, column in fixed if column in ranges]
+            for name, fixed, links in references[table]:
+                terms = [key_set_sql(key, values[column]) if column in values
+                         else key_range_sql(key, *ranges[column]) for key, column in fixed if column in ranges]
+                for key, other, other_key in links if through is not None else ():
+                    if other not in written and through.get(other) is not None:
+                        keys = run.key_values(f"SELECT {other_key} FROM {run.store_rows(w.entry.store)} "
+                                              f"WHERE {w.entry.layout.rows_of(other, through[other])}")
+                        terms += [key_set_sql(key, keys)] if keys is not None else []
+                yield name, terms
 
-    return map_conditions(bounded())
+    return map_conditions(bounded(map_conditions(bounded()) if listed else None))
 
 
 def _attributed(entry, compute):

@@ -61,6 +61,7 @@ class RefreshRun:
         # whose values order and print exactly as literals (see _consolidate)
         self.batch_ranges: dict[str, dict[str, tuple[str | None, str | None]]] = {}
         self._batch_values: dict[str, dict[str, list[str]]] = {}  # see batch_values
+        self._key_values: dict[str, list[str] | None] = {}  # see key_values
         self._listed_columns: dict[str, list[str]] = {}  # batch view -> its columns batch_values may list
         self._held_batches: dict[str, object] = {}  # batch view -> its rows, read by the driver (pyarrow)
         self.pins: dict[tuple, str] = {}
@@ -282,6 +283,16 @@ class RefreshRun:
                          if len(values) <= LISTED_KEY_VALUES_MAX}
             self._batch_values[view] = found
         return self._batch_values[view]
+
+    def key_values(self, sql: str) -> list[str] | None:
+        """The distinct non-NULL values of the query's one column as SQL literals (one Spark job, once per
+        run); None where there are more than LISTED_KEY_VALUES_MAX."""
+        if sql not in self._key_values:
+            with self.timed("store read"):
+                found = self.spark.sql(f"SELECT DISTINCT * FROM ({sql}) AS k LIMIT {LISTED_KEY_VALUES_MAX + 1}").collect()
+            self._key_values[sql] = None if len(found) > LISTED_KEY_VALUES_MAX else sorted(
+                literal_sql(r[0]) for r in found if r[0] is not None)
+        return self._key_values[sql]
 
     def _values_from_files(self, view: str, columns: list[str]) -> list[set] | None:
         """The values of the batch's columns read by the driver from the files that hold its changes (a

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from spark_ivm.calculus.analysis import map_key_bindings, map_names
+from spark_ivm.calculus.analysis import map_key_bindings, map_key_links, map_names
 from spark_ivm.errors import RefreshError
 from spark_ivm.runtime.mapstore import ENTRY_TOKEN, bookkeeping_sql
 
@@ -117,17 +117,24 @@ def statements_of(w: ViewRefresh, table: str | None = None) -> list:
             if plan.trigger(rel) for s in plan.trigger(rel).statements]
 
 
-def map_references(w: ViewRefresh, table: str) -> list[tuple[str, tuple[tuple[str, str], ...]]]:
+def map_references(w: ViewRefresh, table: str) -> list[tuple[str, tuple, tuple]]:
     """The map references of the statements a refresh runs for one changed source of the view, each as
-    (map, ((store key column, batch column), …)) for the keys the source's batch fixes (map_key_bindings).
+    (map, ((store key column, batch column), …), ((store key column, other map, its store key column), …))
+    for the keys the source's batch fixes (map_key_bindings) and those another map fixes (map_key_links).
     A re-evaluation (:=) also reads its map's old contents, all of them."""
     entry, layout = w.entry, w.entry.layout
+
+    def column(name: str, position: int) -> str:
+        return layout.key_column(layout.map(name).keys[position])
+
     refs = []
     for s in statements_of(w, table):
-        for name, fixed in map_key_bindings(s.expr) + ([(s.target, ())] if s.op == ":=" else []):
-            keys = layout.map(name).keys
-            refs.append((name, tuple((layout.key_column(keys[k]), entry.source_columns[table][position][0])
-                                     for k, _, position in fixed)))
+        rereads = [(s.target, (), ())] if s.op == ":=" else []
+        for (name, fixed), (_, links) in zip(map_key_bindings(s.expr), map_key_links(s.expr)):
+            refs.append((name, tuple((column(name, k), entry.source_columns[table][position][0])
+                                     for k, _, position in fixed),
+                         tuple((column(name, k), other, column(other, j)) for k, other, j in links)))
+        refs += rereads
     return refs
 
 
