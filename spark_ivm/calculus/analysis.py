@@ -240,7 +240,7 @@ def map_key_bindings(e: Expr) -> list[tuple[str, tuple[tuple[int, str, int], ...
     - or it is nested (in a lift, an existence test, a nested aggregate) in a factor to the right of such
       a factor: factors bind variables left to right, and a nested reference reads the bound value.
     Anything else fixes nothing: the tuple is empty."""
-    return [(name, fixed) for name, fixed, _ in _map_references(e)]
+    return [(name, fixed) for name, fixed, _ in map_key_references(e)]
 
 
 def map_key_links(e: Expr) -> list[tuple[str, tuple[tuple[int, str, int], ...]]]:
@@ -249,10 +249,12 @@ def map_key_links(e: Expr) -> list[tuple[str, tuple[tuple[int, str, int], ...]]]
     another map where both are factors of one product, share the key's variable, and a batch fixes a
     key of the other: the product is zero unless the variable holds a key of the other map's rows at
     the batch's values (a batch of customers reaches the lineitems' maps through the orders' map)."""
-    return [(name, links) for name, _, links in _map_references(e)]
+    return [(name, links) for name, _, links in map_key_references(e)]
 
 
-def _map_references(e: Expr) -> list[tuple[str, tuple, tuple]]:
+def map_key_references(e: Expr) -> list[tuple[str, tuple, tuple]]:
+    """Every map reference in e: (map name, the keys a batch fixes as map_key_bindings gives them, the keys
+    another map fixes as map_key_links gives them), in one walk of e."""
     found: list[tuple[str, tuple, tuple]] = []
 
     def fixed(ref: MapRef, columns: dict[str, tuple[str, int]]) -> tuple[tuple[int, str, int], ...]:

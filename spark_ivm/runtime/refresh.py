@@ -585,8 +585,10 @@ def map_bounds(w: ViewRefresh, run: RefreshRun, references: dict[str, list], lis
                          else key_range_sql(key, *ranges[column]) for key, column in fixed if column in ranges]
                 for key, other, other_key in links if through is not None else ():
                     if other not in written and through.get(other) is not None:
-                        keys = run.key_values(f"SELECT {other_key} FROM {run.store_rows(w.entry.store)} "
-                                              f"WHERE {w.entry.layout.rows_of(other, through[other])}")
+                        layout = w.entry.layout
+                        keys = run.key_values(f"SELECT {other_key} FROM "
+                                              f"{run.store_rows(w.entry.store, {layout.map(other).map_id})} "
+                                              f"WHERE {layout.rows_of(other, through[other])}")
                         terms += [key_set_sql(key, keys)] if keys is not None else []
                 yield name, terms
 

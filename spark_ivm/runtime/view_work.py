@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from spark_ivm.calculus.analysis import map_key_bindings, map_key_links, map_names
+from spark_ivm.calculus.analysis import map_key_references, map_names
 from spark_ivm.errors import RefreshError
 from spark_ivm.runtime.mapstore import ENTRY_TOKEN, bookkeeping_sql
 
@@ -120,7 +120,7 @@ def statements_of(w: ViewRefresh, table: str | None = None) -> list:
 def map_references(w: ViewRefresh, table: str) -> list[tuple[str, tuple, tuple]]:
     """The map references of the statements a refresh runs for one changed source of the view, each as
     (map, ((store key column, batch column), …), ((store key column, other map, its store key column), …))
-    for the keys the source's batch fixes (map_key_bindings) and those another map fixes (map_key_links).
+    for the keys the source's batch fixes and those another map fixes (map_key_references).
     A re-evaluation (:=) also reads its map's old contents, all of them."""
     entry, layout = w.entry, w.entry.layout
 
@@ -130,7 +130,7 @@ def map_references(w: ViewRefresh, table: str) -> list[tuple[str, tuple, tuple]]
     refs = []
     for s in statements_of(w, table):
         rereads = [(s.target, (), ())] if s.op == ":=" else []
-        for (name, fixed), (_, links) in zip(map_key_bindings(s.expr), map_key_links(s.expr)):
+        for name, fixed, links in map_key_references(s.expr):
             refs.append((name, tuple((column(name, k), entry.source_columns[table][position][0])
                                      for k, _, position in fixed),
                          tuple((column(name, k), other, column(other, j)) for k, other, j in links)))
