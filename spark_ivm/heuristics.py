@@ -288,6 +288,19 @@ DRIVER_BATCH_BYTES = _threshold(
     "DRIVER_BATCH_BYTES", 4 << 20,
     "A batch whose change files take at most this many bytes is read by the driver, not by Spark.")
 
+# The rows of the store a refresh copies (see runtime/run.py, read_store_once) read by the driver: pyarrow
+# reads the files that can hold them (their statistics say) and keeps the rows the copy's condition holds
+# for, where Spark's copy costs a job to choose the files and one to filter them. The files bound the read's
+# time; the rows kept bound what the driver holds and hands to Spark, and past them the read stops and
+# Spark copies instead.
+DRIVER_STORE_BYTES = _threshold(
+    "DRIVER_STORE_BYTES", 512 << 20,
+    "The store's rows a refresh copies are read by the driver where the files that can hold them take at "
+    "most this many bytes.")
+DRIVER_STORE_ROWS = _threshold(
+    "DRIVER_STORE_ROWS", 1_000_000,
+    "The store's rows a refresh copies are read by the driver only where they are at most this many.")
+
 # See runtime/run.py: "at once". Each materialized intermediate result costs a Spark job of its own: a light
 # view's refresh is mostly such jobs. A statement that re-evaluates reads its stages several times, and
 # in one query Spark would compute a stage again at every read; many statements make one plan that

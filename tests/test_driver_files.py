@@ -5,9 +5,11 @@ reads from the files holding a batch's changes include every changed row's."""
 
 from __future__ import annotations
 
+import datetime
 import json
 from decimal import Decimal
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import DataFrame
@@ -15,6 +17,8 @@ from pyspark.sql import DataFrame
 from spark_ivm.runtime import deletion_vectors, driver_files
 from spark_ivm.runtime import sources as source_tables
 from spark_ivm.runtime.deltalog import DeltaLogs
+from spark_ivm.runtime.key_conditions import KeyRange, MapIs, all_of, any_of, key_values
+from spark_ivm.runtime.run import arrow_frame
 
 pytestmark = pytest.mark.runtime
 
@@ -214,3 +218,53 @@ def _z85(data: bytes) -> str:
         value = int.from_bytes(data[start:start + 4], "big")
         text += "".join(alphabet[value // 85 ** p % 85] for p in range(4, -1, -1))
     return text
+
+
+def test_store_rows_read_by_the_driver_are_the_rows_sparks_where_keeps(spark, fresh_db):
+    """The rows of a store-like table that a key condition holds for, read by the driver from the files
+    whose statistics allow them, are those Spark's WHERE keeps: across files, with NULLs and duplicates,
+    rows deleted through a deletion vector, and a column added after some files were written."""
+    spark.sql("CREATE TABLE store (map_id INT, k_a BIGINT, k_d DATE, k_m DECIMAL(10,2), v DECIMAL(38,4)) "
+              "USING delta TBLPROPERTIES (delta.enableDeletionVectors = true)")
+    row = ("CAST(id % 3 + 1 AS INT), IF(id % 7 = 0, NULL, id % 40), IF(id % 11 = 0, NULL, DATE_ADD(DATE '1995-01-01', "
+           "CAST(id % 9 AS INT))), CAST(id % 13 / 4 AS DECIMAL(10,2)), CAST(id AS DECIMAL(38,4))")
+    for start in (0, 300, 600):  # a file each, and the middle one's rows again: duplicates
+        spark.sql(f"INSERT INTO store SELECT {row} FROM range({start % 600}, {start % 600 + 300})")
+    spark.sql("DELETE FROM store WHERE k_a = 5")
+    spark.sql("ALTER TABLE store ADD COLUMNS (k_s STRING)")
+    spark.sql(f"INSERT INTO store SELECT {row}, IF(id % 2 = 0, NULL, CAST(id % 5 AS STRING)) FROM range(900, 1000)")
+    logs = DeltaLogs(spark)
+    snapshot = logs.snapshot(f"{fresh_db}.store")
+    files = logs.listed_files(snapshot)
+    assert len({bool(f.get("deletionVector")) for f in files}) == 2  # files with a vector and without
+    columns = [c for c, _ in snapshot.columns]
+    d = datetime.date(1995, 1, 3)
+    conditions = [
+        MapIs((2,)),
+        all_of(MapIs((1, 3)), KeyRange("k_a", 3, 8)),
+        all_of(MapIs((2,)), key_values("k_a", [1, 5, 17, 39]), KeyRange("k_d", d, d + datetime.timedelta(days=2))),
+        any_of(all_of(MapIs((1,)), KeyRange("k_a", None, None)), all_of(MapIs((3,)), key_values("k_s", ["1", "3"]))),
+        all_of(MapIs((1, 2, 3)), KeyRange("k_m", Decimal("0.5"), Decimal("2.25"))),
+        all_of(MapIs((2,)), KeyRange("k_m", Decimal(50), Decimal(60))),  # every file ruled out by its statistics
+    ]
+    for condition in conditions:
+        kept = logs.listed_files(snapshot, condition.could_hold)
+        held = driver_files.store_rows(snapshot, kept, condition, columns, max_rows=10_000)
+        expected = sorted(map(repr, (tuple(r) for r in spark.sql(f"SELECT * FROM store WHERE {condition}").collect())))
+        assert sorted(map(repr, (tuple(r.values()) for r in held.to_pylist()))) == expected, condition
+        # and so are the rows as Spark reads them once handed over
+        handed = arrow_frame(spark, held, ", ".join(f"{c} {t}" for c, t in snapshot.columns)).collect()
+        assert sorted(map(repr, (tuple(r) for r in handed))) == expected, condition
+    assert not logs.listed_files(snapshot, conditions[-1].could_hold)
+    # More rows than the driver may hold: left to Spark.
+    assert driver_files.store_rows(snapshot, files, conditions[0], columns, max_rows=10) is None
+
+
+def test_rows_handed_to_spark_keep_every_record_batch(spark):
+    """A pyarrow table read by the driver reaches Spark whole, empty record batches among its batches
+    included (PySpark's own hand-over ends at the first empty batch and drops the rows after it)."""
+    batches = [pa.record_batch([pa.array(values, pa.int64())], names=["x"])
+               for values in ([1, 2, 3], [], [4, 5], [], [], [6])]
+    for chosen in (batches, batches[1:], batches[1:2]):
+        rows = pa.Table.from_batches(chosen)
+        assert sorted(r.x for r in arrow_frame(spark, rows, "x BIGINT").collect()) == sorted(rows.column("x").to_pylist())

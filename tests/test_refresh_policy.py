@@ -13,7 +13,7 @@ from spark_ivm.heuristics import (
     DEFAULT_CHECKPOINT_PARTITIONS, LISTED_BATCH_ROWS_MAX, SHARED_SOURCE_READ_MAX_BYTES, checkpoint_partitions,
     lists_batch_values, reads_source_once, reads_store_once,
 )
-from spark_ivm.runtime.mapstore import key_range_sql, key_set_sql, union_sql
+from spark_ivm.runtime.mapstore import union_sql
 from spark_ivm.runtime.view_work import maps_read
 
 SCHEMAS = {"R": ["A", "B"], "S": ["B", "C"]}
@@ -141,10 +141,3 @@ def test_a_batch_lists_its_values_where_its_range_would_copy_many_other_keys():
     assert not lists_batch_values(1_500, 5_998)
     assert lists_batch_values(10, None)  # strings, dates, decimals: no span to judge by
     assert not lists_batch_values(0, None) and not lists_batch_values(LISTED_BATCH_ROWS_MAX + 1, None)
-
-
-def test_a_key_range_or_set_keeps_null_keys_which_join_null_safely():
-    assert key_range_sql("k_b", "1", "7") == "(k_b IS NULL OR k_b BETWEEN 1 AND 7)"
-    assert key_range_sql("k_b", None, None) == "k_b IS NULL"
-    assert key_set_sql("k_b", ["1", "7"]) == "(k_b IS NULL OR k_b IN (1, 7))"
-    assert key_set_sql("k_b", []) == "k_b IS NULL"  # a batch with only NULLs in the column

@@ -26,7 +26,7 @@ from spark_ivm.calculus.analysis import map_key_bindings
 from spark_ivm.calculus.evaluator import Database, apply_batch, evaluate_map, initial_maps
 from spark_ivm.calculus.parser import parse
 from spark_ivm.runtime.fused import Fused, fuse, fused_sql
-from spark_ivm.runtime.mapstore import map_conditions
+from spark_ivm.runtime.key_conditions import map_conditions
 from spark_ivm.runtime.sqlgen import (
     MULTIPLICITY, VALUE, Sources, quote, shared_products, statement_sql, with_shared,
 )

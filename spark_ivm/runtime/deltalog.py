@@ -297,6 +297,14 @@ class DeltaLogs:
             return self._frame(snapshot, listed.toList())
         return self._frame(snapshot, [listed.apply(i) for i in kept])
 
+    def listed_files(self, snapshot: TableSnapshot, keep=None) -> list[dict] | None:
+        """The AddFile actions (as Python values) the snapshot's checksum lists, of those only the files
+        `keep(statistics)` holds for (as read_files); None when it does not list them."""
+        listed = self._listed_files(snapshot)
+        if listed is None:
+            return None
+        return [f for f in self.as_python(listed) if keep is None or keep(_stats(f))]
+
     def small_files(self, snapshot: TableSnapshot, max_rows: int) -> FileSubset | None:
         """The files of the table's snapshot that hold fewer than max_rows rows each (or say nothing of
         their rows), as the checksum lists them; None when it does not list them."""

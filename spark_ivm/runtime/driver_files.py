@@ -1,5 +1,5 @@
-"""Rows the driver already holds, written as a Delta data file without a Spark job; and the values of a
-few columns in a table's changed files, read by the driver without one.
+"""Rows the driver already holds, written as a Delta data file without a Spark job; the values of a few
+columns in a table's changed files, and the rows of a store a refresh reads, read by the driver without one.
 
 A refresh whose increments are few collects them to the driver (for views that keep their maps as
 literals). Writing them through Spark then costs a job of one task for a handful of rows; writing the
@@ -13,6 +13,10 @@ changes (DeltaLogs.change_files), usually a few small ones, read with pyarrow an
 milliseconds where planning Spark's read of the change data feed and a job per scan cost tenths of a
 second. Of a batch Spark reads, the key values that bound the rows of the store a refresh copies (see
 run.batch_values) are read from those files here, with no job.
+
+The copy itself is read here too where the store's files that can hold its rows are few (see
+run.RefreshRun.read_store_once): pyarrow filters them by the copy's condition (key_conditions), where
+Spark would run a job to choose the files and one to filter them.
 
 Only where the result is the same as Delta's own write: a table on the local file system, not
 partitioned, without column mapping, constraints, generated or identity columns, or a writer feature
@@ -32,6 +36,7 @@ from urllib.parse import unquote, urlparse
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 from spark_ivm.runtime.deletion_vectors import UnreadableVector, deleted_rows
@@ -151,6 +156,60 @@ def change_rows(snapshot, files, columns: list[tuple[str, str]], multiplicity: s
     total = netted.column(f"{multiplicity}_sum")
     return pa.table([netted.column(c) for c in names] + [total], names=names + [multiplicity]).filter(
         pc.not_equal(total, 0))
+
+
+def store_rows(snapshot, files: list[dict], condition, columns: list[str], max_rows: int) -> pa.Table | None:
+    """The rows of the table's data files `files` (AddFile actions, as the log lists them) that the condition
+    (a key_conditions.Condition) holds for, their `columns` typed as Spark reads them. A column a file
+    lacks (written before the column was added) reads as NULL, as in Delta. None where there are more than
+    max_rows (the read stops there), a file is not on this machine, a type is not read here exactly, or a
+    value of the condition does not convert to its column's type."""
+    types = {c: arrow_type(t) for c, t in snapshot.columns}
+    if any(types[c] is None for c in columns):
+        return None
+    expression = condition.arrow(types)
+    if expression is None:
+        return None
+    schema = pa.schema([pa.field(c, t) for c, t in types.items() if t is not None])
+    plain, marked = [], []
+    for file in files:
+        local = _local(snapshot, file["path"])
+        if local is None:
+            return None
+        (marked if file.get("deletionVector") else plain).append((local, file))
+
+    def parts():
+        if plain:
+            for batch in ds.dataset([local for local, _ in plain], schema=schema, format="parquet").to_batches(
+                    columns=columns, filter=expression):
+                yield pa.Table.from_batches([batch])
+        for local, file in marked:
+            yield _live_rows(snapshot, local, file, schema, expression, columns)
+
+    found, kept = [], 0
+    try:
+        for part in parts():
+            if part is None:
+                return None
+            kept += part.num_rows
+            if kept > max_rows:
+                return None
+            found.append(part)
+    except (OSError, UnreadableVector, pa.ArrowException):
+        return None
+    return pa.concat_tables(found) if found else pa.schema([schema.field(c) for c in columns]).empty_table()
+
+
+def _live_rows(snapshot, local: str, file: dict, schema: pa.Schema, expression, columns: list[str]) -> pa.Table | None:
+    """The rows of a file with a deletion vector that the filter holds for: the rows it marks are dropped by
+    their position, before filtering. None where the vector marks rows the file does not have."""
+    rows = ds.dataset([local], schema=schema, format="parquet").to_table()
+    deleted = _indexes(deleted_rows(local_folder(snapshot.location), file["deletionVector"]))
+    if len(deleted) and deleted[-1] >= rows.num_rows:
+        return None
+    live = np.ones(rows.num_rows, dtype=bool)
+    live[deleted] = False
+    return rows.filter(pa.array(live)).filter(expression).select(columns)
 
 
 def _changes(snapshot, file, columns: list[str]) -> tuple[pa.Table, pa.Array] | None:

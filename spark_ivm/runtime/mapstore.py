@@ -9,7 +9,7 @@ commit while a MERGE costs several Spark jobs to find and rewrite the rows it to
 `spark.ivm.compactEvery`-th refresh of a store (config.COMPACT_EVERY) overwrites it with one row per key instead, dropping keys whose
 value reached 0, so the rows a read aggregates stay bounded. Building and compacting a store write its
 rows sorted by map and key (`key_order`) in files of bounded size, so that a refresh reading a map only
-at the keys its batches can join (`WHERE k BETWEEN …`, see `key_range_sql`) reads few of its files.
+at the keys its batches can join (`WHERE k BETWEEN …`, see key_conditions) reads few of its files.
 
 Rows with a negative map_id are bookkeeping, also read as aggregates: a view's progress (per source
 table, the last Delta version applied: the MAX of its rows), the token of the view's catalog entry,
@@ -32,6 +32,7 @@ import json
 import re
 from dataclasses import dataclass
 
+from spark_ivm.runtime.key_conditions import Condition, MapIs, all_of
 from spark_ivm.runtime.sqlgen import VALUE, quote
 
 PROGRESS = -1  # the progress id of a view with a store of its own
@@ -117,7 +118,7 @@ class StoreLayout:
                                   + list(self.value_columns)
                                   + [("src", "string"), ("src_version", "bigint")]))
 
-    def read_map_sql(self, name: str, store: str | None = None, where: str | None = None) -> str:
+    def read_map_sql(self, name: str, store: str | None = None, where: Condition | None = None) -> str:
         """A map as `key columns (named by the map's keys), __v`, from the store (or from `store`, a table
         expression of the store's rows); with `where` (a condition on store columns), only the rows it
         holds for.
@@ -131,10 +132,9 @@ class StoreLayout:
         cols = [f"{self.key_column(k)} AS {quote(k)}" for k in m.keys] + [f"{m.value_column} AS {VALUE}"]
         return f"(SELECT {', '.join(cols)} FROM {store or self.table} WHERE {self.rows_of(name, where)})"
 
-    def rows_of(self, name: str, where: str | None = None) -> str:
+    def rows_of(self, name: str, where: Condition | None = None) -> Condition:
         """The condition selecting a map's rows of the store (those `where` holds for, if given)."""
-        own = f"map_id = {self.map(name).map_id}"
-        return f"({own} AND ({where}))" if where else own
+        return all_of(MapIs((self.map(name).map_id,)), where)
 
     def rows_sql(self, name: str, increments_sql: str, store: StoreColumns | None = None) -> str:
         """Rows of the store's shape from `increments_sql` (key columns named by the map's keys, __v)."""
@@ -173,34 +173,6 @@ class StoreLayout:
         """Progress rows: per source, the last version applied (or, for ENTRY_TOKEN, the entry's token)."""
         return " UNION ALL ".join(bookkeeping_row_sql(self.progress_id, source, version, store or self.columns)
                                   for source, version in versions.items())
-
-
-def key_range_sql(column: str, low_sql: str | None, high_sql: str | None) -> str:
-    """A condition on a store key column that holds for every key a batch can join whose column has the
-    values low..high (SQL literals; None: the batch has only NULLs there). Joins match keys NULL-safely,
-    so a NULL key may always join."""
-    if low_sql is None or high_sql is None:
-        return f"{column} IS NULL"
-    return f"({column} IS NULL OR {column} BETWEEN {low_sql} AND {high_sql})"
-
-
-def map_conditions(references) -> dict[str, str | None]:
-    """Per map, the condition on the store's columns that the rows any of its references can join hold
-    for, from (map, [condition of each key the reference fixes]) per reference: the alternatives of the
-    references, each all of its conditions. None where a reference fixes no key: the whole map is read."""
-    alternatives: dict[str, list[str] | None] = {}
-    for name, terms in references:
-        if not terms:
-            alternatives[name] = None
-        elif alternatives.get(name, []) is not None:
-            alternatives.setdefault(name, []).append(" AND ".join(terms))
-    return {name: None if terms is None else " OR ".join(dict.fromkeys(terms)) for name, terms in alternatives.items()}
-
-
-def key_set_sql(column: str, literals: list[str]) -> str:
-    """A condition on a store key column that holds for every key among the literals (a set Spark tests
-    by hashing) and, as key_range_sql, for a NULL key."""
-    return f"({column} IS NULL OR {column} IN ({', '.join(literals)}))" if literals else f"{column} IS NULL"
 
 
 def bookkeeping_row_sql(map_id: int, src: str, version: int, store: StoreColumns) -> str:

@@ -36,9 +36,9 @@ from spark_ivm.runtime.deltalog import ConcurrentCommitError, TableSnapshot
 from spark_ivm.runtime.fused import Fused, fuse, fused_sql
 from spark_ivm.runtime.mapstore import (
     ENTRY_TOKEN, SEQUENCE, SEQUENCE_ID, StoreColumns, append_sql, bookkeeping_metadata, bookkeeping_of,
-    compact_rows_sql, key_range_sql, key_set_sql, map_conditions, sequence_sql, staged_sql,
-    union_sql,
+    compact_rows_sql, sequence_sql, staged_sql, union_sql,
 )
+from spark_ivm.runtime.key_conditions import Condition, KeyIn, KeyRange, MapIs, all_of, any_of, map_conditions
 from spark_ivm.runtime.run import COLLECT_SETTINGS, RefreshRun, session_settings, store_write_parallelism
 from spark_ivm.runtime.sqlgen import VALUE, Sources, quote, shared_products, statement_sql, with_shared
 from spark_ivm.runtime.view_work import (
@@ -346,17 +346,16 @@ class StoreRefresh:
             w.bounds = map_bounds(w, run, refs)
         read = [(i, name) for i, w in enumerate(work) for s in statements_of(w) for name in maps_read(s)]
         if heuristics.reads_store_once(len(read)):
-            rows = dict.fromkeys(work[i].entry.layout.rows_of(name, work[i].bounds.get(name)) for i, name in read)
+            rows = any_of(*(work[i].entry.layout.rows_of(name, work[i].bounds.get(name)) for i, name in read))
             # Of those, the copy keeps only the rows at the batches' own values, written once per condition
             # however many maps it bounds: a value list can have thousands of literals.
             members = [map_bounds(w, run, refs, listed=True) for w, refs in zip(work, references)]
-            maps_kept: dict[str | None, dict[int, None]] = {}  # condition -> the maps it keeps rows of
+            maps_kept: dict[Condition | None, dict[int, None]] = {}  # condition -> the maps it keeps rows of
             for i, name in read:
                 maps_kept.setdefault(members[i].get(name), {})[work[i].entry.layout.map(name).map_id] = None
-            kept = None if members == [w.bounds for w in work] else " OR ".join(
-                f"map_id IN ({', '.join(map(str, ids))})" + (f" AND {condition}" if condition else "")
-                for condition, ids in maps_kept.items())
-            run.read_store_once(self.store, " OR ".join(rows), kept,
+            kept = None if members == [w.bounds for w in work] else any_of(
+                *(all_of(MapIs(tuple(ids)), condition) for condition, ids in maps_kept.items()))
+            run.read_store_once(self.store, rows, kept,
                                 {work[i].entry.layout.map(name).map_id for i, name in read})
         for step in range(max(len(w.changed) for w in work)):
             read_later = []  # (view, its increments of this step) for views with sources still to apply
@@ -555,7 +554,8 @@ def shared_products_of(entry, statements):
     return shared_products(statements, exact=lambda m: entry.layout.map(m).value_type in INTEGRAL_TYPES)
 
 
-def map_bounds(w: ViewRefresh, run: RefreshRun, references: dict[str, list], listed: bool = False) -> dict[str, str | None]:
+def map_bounds(w: ViewRefresh, run: RefreshRun, references: dict[str, list], listed: bool = False
+               ) -> dict[str, Condition | None]:
     """Per map the refresh of a view reads: a condition on the store's columns that every row a
     statement can join holds for, or None where the whole map is needed.
 
@@ -581,15 +581,14 @@ def map_bounds(w: ViewRefresh, run: RefreshRun, references: dict[str, list], lis
                 continue  # no statement of this source runs
             ranges, values = run.batch_ranges[batch], run.batch_values(batch) if listed else {}
             for name, fixed, links in references[table]:
-                terms = [key_set_sql(key, values[column]) if column in values
-                         else key_range_sql(key, *ranges[column]) for key, column in fixed if column in ranges]
+                terms = [KeyIn(key, values[column]) if column in values else KeyRange(key, *ranges[column])
+                         for key, column in fixed if column in ranges]
                 for key, other, other_key in links if through is not None else ():
                     if other not in written and through.get(other) is not None:
                         layout = w.entry.layout
-                        keys = run.key_values(f"SELECT {other_key} FROM "
-                                              f"{run.store_rows(w.entry.store, {layout.map(other).map_id})} "
-                                              f"WHERE {layout.rows_of(other, through[other])}")
-                        terms += [key_set_sql(key, keys)] if keys is not None else []
+                        keys = run.key_values(w.entry.store, layout.map(other).map_id, other_key,
+                                              layout.rows_of(other, through[other]))
+                        terms += [KeyIn(key, keys)] if keys is not None else []
                 yield name, terms
 
     return map_conditions(bounded(map_conditions(bounded()) if listed else None))

@@ -16,6 +16,7 @@ Either way a small batch is read by the driver instead (no job, exact size and r
 from __future__ import annotations
 
 import contextlib
+import datetime
 import logging
 import re
 import threading
@@ -23,6 +24,7 @@ import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 
+import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame
@@ -34,7 +36,8 @@ from spark_ivm.heuristics import BROADCAST_BATCH_ROWS, LISTED_KEY_VALUES_MAX, ch
 from spark_ivm.runtime import driver_files
 from spark_ivm.runtime import sources as source_tables
 from spark_ivm.runtime.deltalog import DeltaLogs, NotDeltaError, TableSnapshot
-from spark_ivm.runtime.sqlgen import MULTIPLICITY, literal_sql, quote
+from spark_ivm.runtime.key_conditions import Condition, MapIs, all_of
+from spark_ivm.runtime.sqlgen import MULTIPLICITY, quote
 
 log = logging.getLogger("spark_ivm")
 
@@ -57,11 +60,11 @@ class RefreshRun:
         self.catalog: dict[str, object] = {}  # table -> its catalog metadata (None: no such table)
         self.batches: dict[tuple, str] = {}
         self.batch_rows: dict[str, int] = {}  # batch view -> its rows (at most, when not materialized)
-        # batch view -> {column: (lowest, highest) as SQL literals, None if only NULLs}, for the columns
-        # whose values order and print exactly as literals (see _consolidate)
-        self.batch_ranges: dict[str, dict[str, tuple[str | None, str | None]]] = {}
-        self._batch_values: dict[str, dict[str, list[str]]] = {}  # see batch_values
-        self._key_values: dict[str, list[str] | None] = {}  # see key_values
+        # batch view -> {column: (lowest, highest) value, (None, None) if only NULLs}, for the columns whose
+        # values order and print exactly as literals (see _consolidate)
+        self.batch_ranges: dict[str, dict[str, tuple]] = {}
+        self._batch_values: dict[str, dict[str, tuple]] = {}  # see batch_values
+        self._key_values: dict[tuple, tuple | None] = {}  # see key_values
         self._listed_columns: dict[str, list[str]] = {}  # batch view -> its columns batch_values may list
         self._held_batches: dict[str, object] = {}  # batch view -> its rows, read by the driver (pyarrow)
         self.pins: dict[tuple, str] = {}
@@ -205,16 +208,47 @@ class RefreshRun:
         """How many tasks read a checkpoint or a union of a refresh's statements (checkpoint_partitions)."""
         return checkpoint_partitions(self.spark.conf.get("spark.sql.shuffle.partitions", None))
 
-    def read_store_once(self, table: str, rows: str, kept: str | None = None, map_ids=None) -> None:
-        """From now on, read the maps of the store from one checkpoint of the rows the condition `rows`
-        holds for (see heuristics), of those only the rows `kept` holds for: Delta skips files by the key
-        ranges of `rows`, `kept` leaves out the rows between the batches' values. map_ids: the maps the
-        condition reads, if known: only files that hold rows of them are read."""
-        where = rows if kept is None else f"({rows}) AND ({kept})"
-        # Always computed once: every scan of a Delta table with a filter runs a job of its own to choose
-        # the files to read.
+    def read_store_once(self, table: str, rows: Condition, kept: Condition | None = None, map_ids=None) -> None:
+        """From now on, read the maps of the store from one copy of the rows the condition `rows` holds
+        for (see heuristics), of those only the rows `kept` holds for: Delta skips files by the key ranges
+        of `rows`, `kept` leaves out the rows between the batches' values. map_ids: the maps the condition
+        reads, if known: only files that hold rows of them are read.
+
+        The copy is read by the driver where the store's files that can hold such rows are few
+        (heuristics.DRIVER_STORE_BYTES), and handed to Spark as rows: no job, and Spark knows their size.
+        Otherwise Spark computes it once, as a checkpoint: every scan of a Delta table with a filter runs
+        a job of its own to choose the files to read."""
+        where = all_of(rows, kept)
+        with self.timed("store read"):
+            held = self._store_on_driver(table, where)
+            if held is not None:
+                schema = ", ".join(f"{quote(c)} {t}" for c, t in self.store_snapshots[table].columns)
+                self.stores[table] = self.register(self.handed_over(held, schema))
+                return
         self.stores[table] = self.checkpoint(
             f"SELECT * FROM {self.store_rows(table, map_ids)} WHERE {where}", step="store read", always=True)
+
+    def handed_over(self, rows, schema: str):
+        """Rows the driver read (a pyarrow table) as a checkpoint of the schema (DDL): one small Spark job.
+
+        Not the relation of rows that createDataFrame gives: Spark's analyzer copies such a relation's rows
+        at every rule it applies, once per reference, so that planning grows with the rows times the
+        statements that read them. A checkpoint is a leaf it does not look into, and it keeps the size of
+        the rows, so that Spark broadcasts a small one."""
+        return arrow_frame(self.spark, rows, schema).localCheckpoint(eager=True)
+
+    def _store_on_driver(self, table: str, where: Condition, columns: list[str] | None = None):
+        """The store's rows (their `columns`, all when None) as of its pinned version that the condition
+        holds for, read by the driver (driver_files.store_rows) from the files whose statistics allow such
+        rows; None where the driver does not read them."""
+        snapshot = self.store_snapshots.get(table)
+        if snapshot is None or not driver_files.readable(snapshot):
+            return None
+        files = self.logs.listed_files(snapshot, where.could_hold)
+        if files is None or sum(int(f.get("size", 0)) for f in files) > heuristics.DRIVER_STORE_BYTES:
+            return None
+        return driver_files.store_rows(snapshot, files, where, columns or [c for c, _ in snapshot.columns],
+                                       heuristics.DRIVER_STORE_ROWS)
 
     def store_rows(self, table: str, map_ids=None) -> str:
         """A temporary view of the store's rows as of its pinned version: from the files its Delta checksum
@@ -222,13 +256,8 @@ class RefreshRun:
         snapshot = self.store_snapshots.get(table)
         key = (table, snapshot and snapshot.version, tuple(sorted(map_ids)) if map_ids is not None else None)
         if key not in self.pins:
-            ids = None if map_ids is None else sorted(map_ids)
-
-            def holds_maps(stats) -> bool:
-                low, high = _stat_range(stats, "map_id")
-                return low is None or any(low <= i <= high for i in ids)
-
-            found = self.logs.read_files(snapshot, None if ids is None else holds_maps) if snapshot else None
+            holds_maps = None if map_ids is None else MapIs(tuple(sorted(map_ids))).could_hold
+            found = self.logs.read_files(snapshot, holds_maps) if snapshot else None
             self.pins[key] = self.register(found) if found is not None else self.pinned(table, snapshot and snapshot.version)
         return self.pins[key]
 
@@ -268,8 +297,8 @@ class RefreshRun:
             self.consolidate({key: (columns, (), [1])})
         return self.batches[key]
 
-    def batch_values(self, view: str) -> dict[str, list[str]]:
-        """The distinct non-NULL values of a batch's ranged columns as SQL literals, of the columns worth
+    def batch_values(self, view: str) -> dict[str, tuple]:
+        """The distinct non-NULL values of a batch's ranged columns, sorted, of the columns worth
         listing (heuristics.lists_batch_values) with at most LISTED_KEY_VALUES_MAX of them."""
         if view not in self._batch_values:
             columns = self._listed_columns.get(view, [])
@@ -279,20 +308,27 @@ class RefreshRun:
                     sets = self._values_from_files(view, columns)
                     if sets is None:
                         sets = self.spark.table(view).agg(*(F.collect_set(F.col(quote(c))) for c in columns)).first()
-                found = {c: sorted(map(literal_sql, values)) for c, values in zip(columns, sets)
+                found = {c: tuple(sorted(v for v in values if v is not None)) for c, values in zip(columns, sets)
                          if len(values) <= LISTED_KEY_VALUES_MAX}
             self._batch_values[view] = found
         return self._batch_values[view]
 
-    def key_values(self, sql: str) -> list[str] | None:
-        """The distinct non-NULL values of the query's one column as SQL literals (one Spark job, once per
-        run); None where there are more than LISTED_KEY_VALUES_MAX."""
-        if sql not in self._key_values:
+    def key_values(self, table: str, map_id: int, column: str, where: Condition) -> tuple | None:
+        """The distinct non-NULL values of a store column in the rows of the map that the condition holds
+        for, sorted (read by the driver where it reads them, else one Spark job; once per run); None where
+        there are more than LISTED_KEY_VALUES_MAX."""
+        key = (table, column, where)
+        if key not in self._key_values:
             with self.timed("store read"):
-                found = self.spark.sql(f"SELECT DISTINCT * FROM ({sql}) AS k LIMIT {LISTED_KEY_VALUES_MAX + 1}").collect()
-            self._key_values[sql] = None if len(found) > LISTED_KEY_VALUES_MAX else sorted(
-                literal_sql(r[0]) for r in found if r[0] is not None)
-        return self._key_values[sql]
+                held = self._store_on_driver(table, where, [column])
+                if held is not None:
+                    found = [v for v in held.column(column).unique().to_pylist() if v is not None]
+                else:
+                    found = [r[0] for r in self.spark.sql(
+                        f"SELECT DISTINCT {column} FROM {self.store_rows(table, {map_id})} WHERE {where} "
+                        f"LIMIT {LISTED_KEY_VALUES_MAX + 2}").collect() if r[0] is not None]
+            self._key_values[key] = None if len(found) > LISTED_KEY_VALUES_MAX else tuple(sorted(found))
+        return self._key_values[key]
 
     def _values_from_files(self, view: str, columns: list[str]) -> list[set] | None:
         """The values of the batch's columns read by the driver from the files that hold its changes (a
@@ -339,7 +375,7 @@ class RefreshRun:
         if held is None:
             return False
         schema = ", ".join(f"{quote(c)} {t}" for c, t in columns) + f", {MULTIPLICITY} BIGINT"
-        rows = self.spark.createDataFrame(held, schema=schema)
+        rows = arrow_frame(self.spark, held, schema)
         ranges = {c: tuple(value.as_py() for value in pc.min_max(held.column(c)).values())
                   for c in _ranged_columns(columns, ranged)}
         self._held_batches[self._register_batch(key, rows, held.num_rows, ranges)] = held
@@ -359,8 +395,7 @@ class RefreshRun:
             rows = broadcast(rows)
         view = self.batches[key] = self.register(rows)
         self.batch_rows[view] = size
-        self.batch_ranges[view] = {c: (None, None) if low is None else (literal_sql(low), literal_sql(high))
-                                   for c, (low, high) in ranges.items()}
+        self.batch_ranges[view] = dict(ranges)
         self._listed_columns[view] = [c for c, (low, high) in ranges.items()
                                       if low is not None and lists_batch_values(size, _span(low, high))]
         return view
@@ -380,8 +415,7 @@ class RefreshRun:
         if ranged and not changes.tight:
             # Rows deleted from larger files lie anywhere in those files' ranges: the rows' own (one job).
             size, found = _count_and_ranges(rows, ranged)
-            ranges = {c: (None, None) if low is None else (literal_sql(low), literal_sql(high))
-                      for c, (low, high) in found.items()}
+            ranges = dict(found)
         else:
             found = {c: changes.ranges[c] for c in ranged if c in changes.ranges}
         # Change data have no size estimate, so Spark would never broadcast them by itself.
@@ -413,20 +447,13 @@ def _count_and_ranges(rows, columns: list[str]) -> tuple[int, dict[str, tuple]]:
     return found[0], {c: (found[1 + 2 * i], found[2 + 2 * i]) for i, c in enumerate(columns)}
 
 
-def _stat_range(stats: dict | None, column: str) -> tuple:
-    """(lowest, highest) of a column in a file's statistics; (None, None) when they do not say."""
-    if not stats:
-        return None, None
-    return stats.get("minValues", {}).get(column), stats.get("maxValues", {}).get(column)
-
-
-def _logged_range(type_sql: str, low, high) -> tuple[str | None, str | None]:
-    """A range of a Delta file statistic's values (JSON numbers and date strings) as SQL literals."""
+def _logged_range(type_sql: str, low, high) -> tuple:
+    """A range of a Delta file statistic's values (JSON numbers and date strings) as Python values."""
     if low is None:
         return None, None
     if type_sql == "date":
-        return f"DATE '{low}'", f"DATE '{high}'"
-    return literal_sql(low), literal_sql(high)
+        return datetime.date.fromisoformat(low), datetime.date.fromisoformat(high)
+    return low, high
 
 
 def _span(low, high) -> int | None:
@@ -452,6 +479,17 @@ def without_inflated_size_estimate(spark, checkpointed):
         return checkpointed
     plain = spark._jsparkSession.internalCreateDataFrame(rows.rdd(), jdf.schema(), False)
     return DataFrame(plain, spark)
+
+
+def arrow_frame(spark, rows, schema: str) -> DataFrame:
+    """A DataFrame of the schema (DDL) of the rows of a pyarrow table that the driver read.
+
+    Without the table's empty record batches: PySpark hands a table over as a stream of its batches, and
+    that stream as read ends at the first empty one, so that every row after it would be lost without an
+    error. Tables that a filter or a concatenation of files made often have such batches."""
+    if any(batch.num_rows == 0 for batch in rows.to_batches()):
+        rows = pa.Table.from_batches([b for b in rows.to_batches() if b.num_rows], rows.schema)
+    return spark.createDataFrame(rows, schema=schema)
 
 
 def parallel(spark, lookup, items) -> list:

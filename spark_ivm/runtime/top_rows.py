@@ -20,7 +20,7 @@ import math
 from dataclasses import dataclass
 
 from spark_ivm import heuristics
-from spark_ivm.runtime.mapstore import key_set_sql
+from spark_ivm.runtime.key_conditions import key_set_sql
 from spark_ivm.runtime.viewsql import (
     Bound, Column, ORDER_COLUMN, held_bound_sql, held_maps_sql, inlinable, leading_groups_sql, literal,
     literal_rows_sql, map_columns, merged_maps, ordering, output_columns, rows_view_sql, view_maps,
