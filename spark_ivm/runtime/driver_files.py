@@ -182,7 +182,8 @@ def store_rows(snapshot, files: list[dict], condition, columns: list[str], max_r
         if plain:
             for batch in ds.dataset([local for local, _ in plain], schema=schema, format="parquet").to_batches(
                     columns=columns, filter=expression):
-                yield pa.Table.from_batches([batch])
+                if batch.num_rows:
+                    yield pa.Table.from_batches([batch])
         for local, file in marked:
             yield _live_rows(snapshot, local, file, schema, expression, columns)
 
