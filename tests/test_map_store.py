@@ -13,6 +13,7 @@ import spark_ivm
 from spark_ivm.runtime import refresh, run
 from spark_ivm.runtime.deltalog import ConcurrentCommitError
 from spark_ivm.runtime.engine import COMPACT_CONF, Engine
+from spark_ivm.runtime.key_conditions import all_of
 from spark_ivm.runtime.mapstore import SEQUENCE, SEQUENCE_ID, bookkeeping_metadata, bookkeeping_sql
 from spark_ivm.runtime.statements import parse_statement
 
@@ -125,7 +126,7 @@ def _store_reads(spark, monkeypatch, store: str) -> list[tuple[int, int, int, in
     def spy(run, table, rows, kept=None, map_ids=None):
         assert table.endswith(store)
         before = spark.read.format("delta").option("versionAsOf", 0).table(table)
-        needed = before.where(rows) if kept is None else before.where(rows).where(kept)  # as the refresh reads it
+        needed = before.where(str(all_of(rows, kept)))  # as the refresh reads it
         read.append((needed.count(), len(needed.inputFiles()), before.count(), len(before.inputFiles())))
         return real(run, table, rows, kept, map_ids)
 
