@@ -60,6 +60,10 @@ _BASE_CONF: dict[str, str] = {
     # Delta's default of 50 snapshot partitions makes rebuilding a small
     # table's state run 50 tasks where 2 do.
     "spark.databricks.delta.snapshotPartitions": "2",
+    # Spark caches the classes it compiles for whole-stage code by their source, 100 by default. A view's
+    # refreshes run the same few hundred plans again and again (their literals mostly the same); with 100
+    # the cache is thrashed, and every refresh generates, compiles and JIT-compiles its code anew.
+    "spark.sql.codegen.cache.maxEntries": "2000",
     "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
     "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
     "spark.databricks.delta.properties.defaults.enableChangeDataFeed": "true",

@@ -146,3 +146,22 @@ def test_a_chain_of_checkpoints_keeps_its_size_estimate_bounded(spark):
             assert _estimate_bits(spark.table(view)) <= 63
         assert rows(spark.table(view)) == rows(plain) == {(k,) for k in range(20)}
     assert _estimate_bits(plain) > 63
+
+
+def test_refreshes_of_a_view_reuse_the_code_spark_compiled_for_the_last(spark, fresh_db):
+    # Spark caches the classes it compiles for a plan by their source. The session keeps enough of them
+    # that a view's refreshes, which run the same plans each time, do not compile their code again.
+    metric = spark._jvm.org.apache.spark.metrics.source.CodegenMetrics.METRIC_COMPILATION_TIME()
+    spark.sql("CREATE TABLE orders (k BIGINT, c BIGINT, v DECIMAL(10,2)) USING delta")
+    spark.sql("INSERT INTO orders VALUES (1, 10, 1.50), (2, 20, 2.25), (3, 10, NULL)")
+    spark.sql("CREATE INCREMENTAL VIEW spend AS SELECT c, SUM(v) AS total, COUNT(*) AS n FROM orders GROUP BY c")
+    compiled = []
+    for round_no in range(4):
+        spark.sql(f"INSERT INTO orders VALUES ({10 + round_no}, 10, 3.00)")
+        spark.sql(f"DELETE FROM orders WHERE k = {10 + round_no}")  # the same batch each time: net nothing
+        spark.sql(f"INSERT INTO orders VALUES ({10 + round_no}, 20, 1.00)")
+        before = metric.getCount()
+        spark.sql("REFRESH INCREMENTAL VIEW spend").collect()
+        compiled.append(metric.getCount() - before)
+    assert rows(spark.table("spend")) == rows(spark.sql("SELECT c, SUM(v), COUNT(*) FROM orders GROUP BY c"))
+    assert compiled[0] > 0 and max(compiled[2:]) <= compiled[0] // 2, compiled
