@@ -158,7 +158,7 @@ def test_refreshes_of_a_view_reuse_the_code_spark_compiled_for_the_last(spark, f
     compiled = []
     for round_no in range(4):
         spark.sql(f"INSERT INTO orders VALUES ({10 + round_no}, 10, 3.00)")
-        spark.sql(f"DELETE FROM orders WHERE k = {10 + round_no}")  # the same batch each time: net nothing
+        spark.sql(f"DELETE FROM orders WHERE k = {10 + round_no}")  # nets to nothing in the batch
         spark.sql(f"INSERT INTO orders VALUES ({10 + round_no}, 20, 1.00)")
         before = metric.getCount()
         spark.sql("REFRESH INCREMENTAL VIEW spend").collect()
