@@ -164,6 +164,37 @@ def test_a_refresh_reads_only_the_store_files_of_the_keys_its_batch_touches(ivm,
     assert copied < 0.1 * rows
 
 
+CHAIN = ("SELECT cu.ck, cu.name, SUM(li.price) AS total, COUNT(*) AS n "
+         "FROM cu JOIN od ON cu.ck = od.ck JOIN li ON li.ok = od.ok GROUP BY cu.ck, cu.name")
+
+
+def test_a_refresh_copies_the_rows_it_reaches_through_another_map_the_same_refresh_writes(ivm, monkeypatch):
+    """New orders and their lineitems in one refresh: the lineitems' statements reach the customers' map
+    through the orders' map, which the orders' batch writes first, at customers spread over all keys."""
+    spark = ivm
+    read = _store_reads(spark, monkeypatch, "chain__ivm_maps")
+    spark.sql("CREATE TABLE cu (ck INT, name STRING) USING delta")
+    spark.sql("CREATE TABLE od (ok INT, ck INT) USING delta")
+    spark.sql("CREATE TABLE li (ok INT, price INT) USING delta")
+    spark.sql("INSERT INTO cu SELECT CAST(id AS INT), CONCAT('c', id) FROM range(1000)")
+    spark.sql("INSERT INTO od SELECT CAST(id AS INT), CAST(id * 37 % 1000 AS INT) FROM range(2000)")
+    spark.sql("INSERT INTO li SELECT CAST(id % 2000 AS INT), CAST(id % 11 AS INT) FROM range(4000)")
+    spark.sql(f"CREATE INCREMENTAL VIEW chain AS {CHAIN}")
+    # Orders of customers at both ends of the key range and one without a customer, lineitems of new
+    # and old orders, a deleted lineitem of an old order.
+    spark.sql("INSERT INTO od VALUES (2000, 5), (2001, 995), (2002, 500), (2003, NULL)")
+    spark.sql("INSERT INTO li VALUES (2000, 3), (2001, 4), (2001, 5), (2003, 1), (1999, 7)")
+    spark.sql("DELETE FROM li WHERE ok = 1998 AND price = 1")
+    assert spark.sql("REFRESH INCREMENTAL VIEW chain").collect()[0]["status"] == "refreshed"
+    assert _bag(spark.table("chain")) == _bag(spark.sql(CHAIN))
+    (copied, _, rows, _), = read
+    assert copied < 0.02 * rows  # not the thousand rows of the customers' map
+    spark.sql("INSERT INTO li VALUES (2002, 2), (2000, 6)")
+    spark.sql("DELETE FROM od WHERE ok = 2000")
+    assert spark.sql("REFRESH INCREMENTAL VIEW chain").collect()[0]["status"] == "refreshed"
+    assert _bag(spark.table("chain")) == _bag(spark.sql(CHAIN))
+
+
 def _overlapping_files(spark, store: str) -> list[tuple]:
     """Pairs of the store's files whose ranges of one map's keys overlap: for each map, its first key
     column in the store's order (the one its rows are sorted by first; NULL keys left out)."""

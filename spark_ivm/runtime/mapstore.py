@@ -33,7 +33,7 @@ import re
 from dataclasses import dataclass
 
 from spark_ivm.runtime.key_conditions import Condition, MapIs, all_of
-from spark_ivm.runtime.sqlgen import VALUE, quote
+from spark_ivm.runtime.sqlgen import VALUE, literal_sql, quote
 
 PROGRESS = -1  # the progress id of a view with a store of its own
 SEQUENCE_ID = -(2**31)  # the row holding the store's refresh sequence number
@@ -171,27 +171,28 @@ class StoreLayout:
 
     def progress_sql(self, versions: dict[str, int], store: StoreColumns | None = None) -> str:
         """Progress rows: per source, the last version applied (or, for ENTRY_TOKEN, the entry's token)."""
-        return " UNION ALL ".join(bookkeeping_row_sql(self.progress_id, source, version, store or self.columns)
-                                  for source, version in versions.items())
+        return bookkeeping_rows_sql([(self.progress_id, source, version) for source, version in versions.items()],
+                                    store or self.columns)
 
 
-def bookkeeping_row_sql(map_id: int, src: str, version: int, store: StoreColumns) -> str:
-    cols = []
-    for col, type_sql in store.columns:
-        if col == "map_id":
-            cols.append(f"{map_id} AS map_id")
-        elif col == "src":
-            cols.append(f"'{src}' AS src")
-        elif col == "src_version":
-            cols.append(f"CAST({version} AS BIGINT) AS src_version")
-        else:
-            cols.append(f"CAST(NULL AS {type_sql}) AS {col}")
-    return f"SELECT {', '.join(cols)}"
+def bookkeeping_rows_sql(rows: list[tuple[int, str, int]], store: StoreColumns) -> str:
+    """Bookkeeping rows (map_id, src, src_version) in the store's row shape, as an inline table.
+
+    Not a SELECT of literals: Spark compiles such literals into the code it generates for the query, so
+    that every refresh, whose sequence number and versions are new, would compile its plan again. An
+    inline table's rows are data, and the code of the last refresh is reused."""
+    def value(column: str, type_sql: str, row: tuple[int, str, int]) -> str:
+        map_id, src, version = row
+        known = {"map_id": str(map_id), "src": literal_sql(src), "src_version": str(version)}
+        return f"CAST({known.get(column, 'NULL')} AS {type_sql})"
+
+    values = ", ".join("(" + ", ".join(value(c, t, row) for c, t in store.columns) + ")" for row in rows)
+    return f"SELECT * FROM VALUES {values} AS bookkeeping({', '.join(c for c, _ in store.columns)})"
 
 
 def sequence_sql(number: int, store: StoreColumns) -> str:
     """The store's refresh sequence number row."""
-    return bookkeeping_row_sql(SEQUENCE_ID, SEQUENCE, number, store)
+    return bookkeeping_rows_sql([(SEQUENCE_ID, SEQUENCE, number)], store)
 
 
 def bookkeeping_sql(store: str) -> str:

@@ -38,12 +38,14 @@ from spark_ivm.runtime.mapstore import (
     ENTRY_TOKEN, SEQUENCE, SEQUENCE_ID, StoreColumns, append_sql, bookkeeping_metadata, bookkeeping_of,
     compact_rows_sql, sequence_sql, staged_sql, union_sql,
 )
-from spark_ivm.runtime.key_conditions import Condition, KeyIn, KeyRange, MapIs, all_of, any_of, map_conditions
+from spark_ivm.runtime.key_conditions import (
+    Condition, KeyIn, KeyRange, MapIs, all_of, any_of, key_values, map_conditions,
+)
 from spark_ivm.runtime.run import COLLECT_SETTINGS, RefreshRun, session_settings, store_write_parallelism
 from spark_ivm.runtime.sqlgen import VALUE, Sources, quote, shared_products, statement_sql, with_shared
 from spark_ivm.runtime.view_work import (
     FullRefreshNeeded, ViewRefresh, applied_versions, check_source, map_references, maps_read, ordered_tables,
-    progress_rows, refresh_failure, relations_of, statements_of,
+    progress_rows, refresh_failure, relations_of, statements_of, written_key_columns, written_keys,
 )
 from spark_ivm.runtime.publish import increment_rows
 from spark_ivm.runtime.viewsql import PROPERTY_MAPS, view_maps
@@ -336,6 +338,12 @@ class StoreRefresh:
                 _, ranged, readers = wanted.setdefault(w.batch_key(table), (w.entry.source_columns[table], set(), [0]))
                 ranged.update(c for _, fixed, _ in refs[table] for _, c in fixed)
                 readers[0] += len(fuse(shared_products_of(w.entry, statements_of(w, table))[1]))
+            # The batch columns that fix the keys the refresh adds to maps that fix other maps' keys (see
+            # map_bounds), listed too.
+            links = {(other, key) for table in w.changed for _, _, reached in refs[table] for _, other, key in reached}
+            for other, other_key in links:
+                for table, column in written_key_columns(w, other, other_key) or ():
+                    wanted[w.batch_key(table)][1].add(column)
         try:
             run.consolidate(wanted)
         except Exception:
@@ -569,9 +577,9 @@ def map_bounds(w: ViewRefresh, run: RefreshRun, references: dict[str, list], lis
     Delta skips no more files by them, but they leave fewer rows to copy.
 
     With `listed`, also a key another map fixes (map_key_links): only keys of that map's rows as bounded
-    here, collected from the store (run.key_values). Not where a statement of the refresh writes that
-    map: a later source's statements read it with the earlier sources' increments, at keys the store
-    does not hold yet."""
+    here, collected from the store (run.key_values). Where a statement of the refresh writes that map, a
+    later source's statements read it with the earlier sources' increments, at keys the store does not
+    hold yet: those keys too, where batches fix them (written_keys), else the key is not bounded."""
     written = {s.target for table in w.changed for s in statements_of(w, table)}
 
     def bounded(through=None):
@@ -584,11 +592,15 @@ def map_bounds(w: ViewRefresh, run: RefreshRun, references: dict[str, list], lis
                 terms = [KeyIn(key, values[column]) if column in values else KeyRange(key, *ranges[column])
                          for key, column in fixed if column in ranges]
                 for key, other, other_key in links if through is not None else ():
-                    if other not in written and through.get(other) is not None:
-                        layout = w.entry.layout
-                        keys = run.key_values(w.entry.store, layout.map(other).map_id, other_key,
-                                              layout.rows_of(other, through[other]))
-                        terms += [KeyIn(key, keys)] if keys is not None else []
+                    if through.get(other) is None:
+                        continue
+                    layout = w.entry.layout
+                    keys = run.key_values(w.entry.store, layout.map(other).map_id, other_key,
+                                          layout.rows_of(other, through[other]))
+                    new = written_keys(w, run, other, other_key) if other in written else set()
+                    reached = None if keys is None or new is None else {*keys, *new}
+                    if reached is not None and len(reached) <= heuristics.LISTED_KEY_VALUES_MAX:
+                        terms.append(key_values(key, reached))
                 yield name, terms
 
     return map_conditions(bounded(map_conditions(bounded()) if listed else None))

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from spark_ivm.calculus.analysis import map_key_references, map_names
+from spark_ivm.calculus.analysis import batch_columns, map_key_references, map_names
 from spark_ivm.errors import RefreshError
 from spark_ivm.runtime.mapstore import ENTRY_TOKEN, bookkeeping_sql
 
@@ -136,6 +136,43 @@ def map_references(w: ViewRefresh, table: str) -> list[tuple[str, tuple, tuple]]
                          tuple((column(name, k), other, column(other, j)) for k, other, j in links)))
         refs += rereads
     return refs
+
+
+def written_key_columns(w: ViewRefresh, name: str, key_column: str) -> list[tuple[str, str]] | None:
+    """Where the keys that the refresh's statements add to map `name` in a store key column come from: per
+    statement that writes the map, (its changed source, the batch column that fixes the key:
+    batch_columns). None where a statement writes keys from anything else (a re-evaluation, a key a map
+    holds): then any key may be new."""
+    layout = w.entry.layout
+    position = [layout.key_column(k) for k in layout.map(name).keys].index(key_column)
+    found = []
+    for table in w.changed:
+        for s in statements_of(w, table):
+            if s.target != name:
+                continue
+            column = batch_columns(s.expr).get(s.keys[position]) if s.op == "+=" else None
+            if column is None:
+                return None
+            found.append((table, w.entry.source_columns[table][column[1]][0]))
+    return found
+
+
+def written_keys(w: ViewRefresh, run: RefreshRun, name: str, key_column: str) -> set | None:
+    """The non-NULL keys in a store key column that the refresh's statements can add to map `name`: the
+    values of the batch columns that fix them (written_key_columns), as the batches list them
+    (run.batch_values); None where they are not known."""
+    columns = written_key_columns(w, name, key_column)
+    if columns is None:
+        return None
+    found: set = set()
+    for table, column in columns:
+        batch = run.batch(*w.batch_key(table), w.entry.source_columns[table])
+        if run.batch_rows[batch]:
+            values = run.batch_values(batch).get(column)
+            if values is None:
+                return None
+            found.update(values)
+    return found
 
 
 def maps_read(statement) -> tuple[str, ...]:
