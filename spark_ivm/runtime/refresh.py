@@ -580,8 +580,6 @@ def map_bounds(w: ViewRefresh, run: RefreshRun, references: dict[str, list], lis
     here, collected from the store (run.key_values). Where a statement of the refresh writes that map, a
     later source's statements read it with the earlier sources' increments, at keys the store does not
     hold yet: those keys too, where batches fix them (written_keys), else the key is not bounded."""
-    written = {s.target for table in w.changed for s in statements_of(w, table)}
-
     def bounded(through=None):
         for table in w.changed:
             batch = run.batch(*w.batch_key(table), w.entry.source_columns[table])
@@ -597,7 +595,7 @@ def map_bounds(w: ViewRefresh, run: RefreshRun, references: dict[str, list], lis
                     layout = w.entry.layout
                     keys = run.key_values(w.entry.store, layout.map(other).map_id, other_key,
                                           layout.rows_of(other, through[other]))
-                    new = written_keys(w, run, other, other_key) if other in written else set()
+                    new = written_keys(w, run, other, other_key)
                     reached = None if keys is None or new is None else {*keys, *new}
                     if reached is not None and len(reached) <= heuristics.LISTED_KEY_VALUES_MAX:
                         terms.append(key_values(key, reached))

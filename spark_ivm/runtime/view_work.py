@@ -160,7 +160,7 @@ def written_key_columns(w: ViewRefresh, name: str, key_column: str) -> list[tupl
 def written_keys(w: ViewRefresh, run: RefreshRun, name: str, key_column: str) -> set | None:
     """The non-NULL keys in a store key column that the refresh's statements can add to map `name`: the
     values of the batch columns that fix them (written_key_columns), as the batches list them
-    (run.batch_values); None where they are not known."""
+    (run.batch_values); none for a map the refresh does not write, None where they are not known."""
     columns = written_key_columns(w, name, key_column)
     if columns is None:
         return None
