@@ -9,6 +9,7 @@ import datetime
 import json
 from decimal import Decimal
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -268,3 +269,27 @@ def test_rows_handed_to_spark_keep_every_record_batch(spark):
     for chosen in (batches, batches[1:], batches[1:2]):
         rows = pa.Table.from_batches(chosen)
         assert sorted(r.x for r in arrow_frame(spark, rows, "x BIGINT").collect()) == sorted(rows.column("x").to_pylist())
+
+
+def test_rows_at_positions_are_read_in_order_decoding_no_further_than_the_last(tmp_path, monkeypatch):
+    """driver_files._rows_at, which a DELETE's deletion vector reads the deleted rows through: the rows at
+    the positions, across row groups and decoded batches, and no batch past the last position decoded."""
+    path = str(tmp_path / "rows.parquet")
+    pq.write_table(pa.table({"k": list(range(1000)), "name": [f"n{i}" for i in range(1000)]}), path,
+                   row_group_size=300)
+    monkeypatch.setattr(driver_files, "_DECODED_ROWS", 64)
+    parquet = pq.ParquetFile(path)
+    for wanted in ([0], [5, 63, 64, 299, 300, 301, 999], list(range(10, 20)), []):
+        got = [r for b in driver_files._rows_at(parquet, np.array(wanted, dtype=np.int64), ["name", "k"])
+               for r in b.to_pylist()]
+        assert got == [{"name": f"n{i}", "k": i} for i in wanted]
+    decoded = []
+    original = pq.ParquetFile.iter_batches
+
+    def counted(self, *args, **kwargs):
+        for batch in original(self, *args, **kwargs):
+            decoded.append(batch.num_rows)
+            yield batch
+    monkeypatch.setattr(pq.ParquetFile, "iter_batches", counted)
+    list(driver_files._rows_at(parquet, np.array([3, 70], dtype=np.int64), ["k"]))
+    assert sum(decoded) == 128  # two batches of the first row group, none after

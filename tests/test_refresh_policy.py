@@ -1,6 +1,6 @@
 """What a refresh reads and how: the maps its statements read, which of their keys a batch fixes, when it
-reads the map store (or CREATE a source table) once for all references, and how its checkpoints are
-partitioned (pure Python)."""
+reads the map store (or CREATE a source table) once for all references, which statements read a batch
+hinted for broadcast, and how its checkpoints are partitioned (pure Python)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from spark_ivm.heuristics import (
     lists_batch_values, reads_source_once, reads_store_once,
 )
 from spark_ivm.runtime.mapstore import union_sql
+from spark_ivm.runtime.refresh import _batch_alone
 from spark_ivm.runtime.view_work import maps_read
 
 SCHEMAS = {"R": ["A", "B"], "S": ["B", "C"]}
@@ -27,6 +28,19 @@ def test_a_statement_reads_the_maps_it_refers_to():
     on_r = {s.target: maps_read(s) for s in plan.trigger("R").statements}
     assert on_s["q_count"] == ("q_count_mS",) and on_s["q_sum_1"] == ("q_sum_1_mS",)
     assert on_r["q_count"] == ("q_count_mR",) and on_r["q_count_mS"] == ()
+
+
+def test_only_statements_that_join_a_batch_read_it_hinted_for_broadcast():
+    """A hint on a batch no join reads is one Spark warns of (refresh._batch_alone picks the plain view)."""
+    def alone(sql, depth=None):
+        plan = compile_view(sql, SCHEMAS, name="q", **({} if depth is None else {"depth": depth}))
+        return {s.target: _batch_alone(s.expr) for t in plan.triggers for s in t.statements}
+    assert all(alone("SELECT SUM(A) FROM R WHERE B > 1").values())
+    assert not any(alone("SELECT SUM(A) FROM R, S WHERE R.B = S.B", depth=0).values())
+    # Higher order: ΔR alone updates the map of R's rows per B; ΔR joined with S's map updates the view.
+    assert set(alone("SELECT SUM(A) FROM R, S WHERE R.B = S.B").values()) == {True, False}
+    # The batch joined with itself: a nested aggregate over the same table.
+    assert not any(alone("SELECT SUM(A) FROM R WHERE B > (SELECT COUNT(*) FROM R)", depth=1).values())
 
 
 def test_a_re_evaluated_map_also_reads_its_old_contents():

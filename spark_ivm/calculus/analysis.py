@@ -100,6 +100,11 @@ def reads_database(e: Expr) -> bool:
     return any(isinstance(x, Rel) for x in e.walk())
 
 
+def joins(e: Expr) -> bool:
+    """Whether e reads more than one relation, batch or map (a batch twice counts twice): it joins rows."""
+    return sum(isinstance(x, (Rel, DeltaRel, MapRef)) for x in e.walk()) > 1
+
+
 def is_value(e: Expr) -> bool:
     """A pure value term: no relation, delta, map, lift or aggregate inside."""
     return all(isinstance(x, (Const, Var, Fn, Cmp, Prod)) for x in e.walk())

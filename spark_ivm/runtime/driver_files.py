@@ -45,6 +45,7 @@ from spark_ivm.runtime.sources import CHANGE_SIGNS
 # The writer features of a table these files may be added to: none of them asks anything of an AddFile.
 _WRITER_FEATURES = {"appendOnly", "invariants", "deletionVectors", "changeDataFeed"}
 _INTEGERS = {"tinyint": pa.int8(), "smallint": pa.int16(), "int": pa.int32(), "bigint": pa.int64()}
+_DECODED_ROWS = 1 << 16  # rows of a row group decoded at a time where a few of its rows are read
 _OTHERS = {"boolean": pa.bool_(), "string": pa.string(), "binary": pa.binary(), "double": pa.float64(),
            "float": pa.float32(), "date": pa.date32()}
 
@@ -233,8 +234,7 @@ def _changes(snapshot, file, columns: list[str]) -> tuple[pa.Table, pa.Array] | 
 
 def _vector_changes(snapshot, local: str, file, columns: list[str]) -> tuple[pa.Table, pa.Array] | None:
     """The rows of a data file live after the commit and not before (+1), or before and not after (-1),
-    by its deletion vectors. Where the file stays in the table, only the row groups that hold such rows
-    are read."""
+    by its deletion vectors. Where the file stays in the table, only those rows are read (_rows_at)."""
     folder = local_folder(snapshot.location)
     try:
         before = None if file.before is None else deleted_rows(folder, file.before)
@@ -256,17 +256,32 @@ def _vector_changes(snapshot, local: str, file, columns: list[str]) -> tuple[pa.
     rows, signs = rows[order], signs[order]
     try:
         parquet = pq.ParquetFile(local)
-        counts = [parquet.metadata.row_group(g).num_rows for g in range(parquet.metadata.num_row_groups)]
-        starts = np.cumsum([0] + counts)
-        if len(rows) and rows[-1] >= starts[-1]:
+        if len(rows) and rows[-1] >= parquet.metadata.num_rows:
             return None
-        groups = np.searchsorted(starts, rows, side="right") - 1
-        parts = [parquet.read_row_group(int(g), columns=columns).take(pa.array(rows[groups == g] - starts[g]))
-                 for g in np.unique(groups)]  # ascending, as the rows are
-        table = pa.concat_tables(parts) if parts else parquet.schema_arrow.empty_table().select(columns)
+        batches = list(_rows_at(parquet, rows, columns))
+        table = (pa.Table.from_batches(batches) if batches else parquet.schema_arrow.empty_table()).select(columns)
     except (OSError, KeyError, pa.ArrowException):
         return None
     return table, pa.array(signs)
+
+
+def _rows_at(parquet: pq.ParquetFile, rows: np.ndarray, columns: list[str]):
+    """The rows of the file at the positions `rows` (ascending), as record batches in that order. Only the
+    row groups that hold them are decoded, each up to its last wanted row: a DELETE of old rows (the
+    smallest keys, at the start of files written in key order) decodes a few pages of a large file."""
+    counts = [parquet.metadata.row_group(g).num_rows for g in range(parquet.metadata.num_row_groups)]
+    starts = np.cumsum([0] + counts)
+    groups = np.searchsorted(starts, rows, side="right") - 1
+    for g in np.unique(groups):
+        wanted = rows[groups == g] - starts[g]
+        offset = 0
+        for batch in parquet.iter_batches(_DECODED_ROWS, row_groups=[int(g)], columns=columns):
+            inside = wanted[(wanted >= offset) & (wanted < offset + batch.num_rows)]
+            if len(inside):
+                yield batch.take(pa.array(inside - offset))
+            offset += batch.num_rows
+            if offset > wanted[-1]:
+                break
 
 
 def _indexes(vector) -> np.ndarray:

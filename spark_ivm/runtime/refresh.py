@@ -30,7 +30,7 @@ import time
 from pyspark.sql import DataFrame
 
 from spark_ivm import config, heuristics, udfs
-from spark_ivm.calculus.analysis import relations
+from spark_ivm.calculus.analysis import has_delta, joins, relations
 from spark_ivm.errors import IVMError, RefreshError
 from spark_ivm.runtime.deltalog import ConcurrentCommitError, TableSnapshot
 from spark_ivm.runtime.fused import Fused, fuse, fused_sql
@@ -78,6 +78,11 @@ def crash_point(step: str) -> None:
 
 class StaleEntry(Exception):
     """A cached catalog entry no longer describes the view in its store."""
+
+
+def _batch_alone(e) -> bool:
+    """Whether e reads a batch and nothing else to join it with (no table, map or shared product)."""
+    return has_delta(e) and not joins(e)
 
 
 def sources(run: RefreshRun, relation_tables, source_columns, versions, layout, deltas=None, pending=None,
@@ -402,11 +407,17 @@ class StoreRefresh:
             # The changes cancel out (a row inserted and deleted again): no statement has anything to add.
             w.versions[table] = w.targets[table]
             return []
-        deltas = {r: batch_view for r in relations_of(entry, table)}
-        before = sources(run, entry.sources, entry.source_columns, w.versions, entry.layout, deltas, w.pending, w.bounds)
         # A re-evaluation (:=) computes the map's new contents, so it reads this source after its batch.
-        after = sources(run, entry.sources, entry.source_columns, {**w.versions, table: w.targets[table]},
-                        entry.layout, deltas, w.pending, w.bounds)
+        after_versions = {**w.versions, table: w.targets[table]}
+
+        def reading(view: str, versions) -> Sources:
+            deltas = {r: view for r in relations_of(entry, table)}
+            return sources(run, entry.sources, entry.source_columns, versions, entry.layout, deltas, w.pending,
+                           w.bounds)
+        # Statements that read the batch alone read it plain, the others hinted for broadcast (run.joined_batch).
+        joined = run.joined_batch(batch_view)
+        before, before_alone = reading(joined, w.versions), reading(batch_view, w.versions)
+        after, after_alone = reading(joined, after_versions), reading(batch_view, after_versions)
         # Statements that sum different values over the same joins compute the joins once (see sqlgen), and
         # those that differ only in what they sum over the same product, the sums at once (see fused.py).
         shared, statements = shared_products_of(entry, statements_of(w, table))
@@ -414,10 +425,11 @@ class StoreRefresh:
         increments = []
         for item in fuse(statements):
             if isinstance(item, Fused):
-                sql = entry.layout.fused_rows_sql(item.targets, fused_sql(item, before), store_columns)
-                increments.append((item.targets, sql))
+                sql = fused_sql(item, before_alone if _batch_alone(item.product) else before)
+                increments.append((item.targets, entry.layout.fused_rows_sql(item.targets, sql, store_columns)))
             else:
-                sql = _statement_increments(entry, item, after if item.op == ":=" else before)
+                read = (after, after_alone) if item.op == ":=" else (before, before_alone)
+                sql = _statement_increments(entry, item, read[1] if _batch_alone(item.expr) else read[0])
                 increments.append(((item.target,), entry.layout.rows_sql(item.target, sql, store_columns)))
         # Only now: `sources` reads the versions when the statements' SQL is made.
         w.versions[table] = w.targets[table]

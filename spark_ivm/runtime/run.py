@@ -67,6 +67,7 @@ class RefreshRun:
         self._key_values: dict[tuple, tuple | None] = {}  # see key_values
         self._listed_columns: dict[str, list[str]] = {}  # batch view -> its columns batch_values may list
         self._held_batches: dict[str, object] = {}  # batch view -> its rows, read by the driver (pyarrow)
+        self._hinted: dict[str, str] = {}  # batch view -> a view of the same rows hinted for broadcast
         self.pins: dict[tuple, str] = {}
         self.stores: dict[str, str] = {}  # map store -> the view of the rows its maps are read from
         self.stages: dict[str, str] = {}  # a statement's stage (its SELECT) -> its view
@@ -389,16 +390,26 @@ class RefreshRun:
     def _register_batch(self, key: tuple, rows, size: int, ranges: dict[str, tuple]) -> str:
         """Register a consolidated batch of `size` rows with each ranged column's (lowest, highest) value
         ((None, None) where only NULLs); its view."""
-        if 0 < size <= BROADCAST_BATCH_ROWS:
-            # A batch is small next to the maps it joins: copy it to every task instead of shuffling the
-            # maps to meet it.
-            rows = broadcast(rows)
         view = self.batches[key] = self.register(rows)
         self.batch_rows[view] = size
+        self._hint(view, rows, size)
         self.batch_ranges[view] = dict(ranges)
         self._listed_columns[view] = [c for c, (low, high) in ranges.items()
                                       if low is not None and lists_batch_values(size, _span(low, high))]
         return view
+
+    def _hint(self, view: str, rows, size: int) -> None:
+        """Where the batch is small next to the maps it joins, a second view of it hinted for broadcast: copied
+        to every task instead of shuffling the maps to meet it (change data have no size estimate, so Spark
+        would never broadcast them by itself). Apart from the plain view, since Spark warns of a hint in a
+        query that does not join the batch."""
+        if 0 < size <= BROADCAST_BATCH_ROWS:
+            hinted = self._hinted[view] = self.register(broadcast(rows))
+            self.batch_rows[hinted] = size  # read by sqlgen.Sources.drives
+
+    def joined_batch(self, view: str) -> str:
+        """The batch's view for a query that joins it: hinted for broadcast where it is small."""
+        return self._hinted.get(view, view)
 
     def _consolidate_from_log(self, key: tuple, columns, ranged, readers=(1,)) -> None:
         """The batch as a view of its changes, not consolidated (see sources.change_rows_sql), its size and
@@ -418,15 +429,14 @@ class RefreshRun:
             ranges = dict(found)
         else:
             found = {c: changes.ranges[c] for c in ranged if c in changes.ranges}
-        # Change data have no size estimate, so Spark would never broadcast them by itself.
-        if size is not None and 0 < size <= BROADCAST_BATCH_ROWS:
-            rows = broadcast(rows)
         # Read by several queries of the statements, kept in memory by the first scan of the query computing
         # them all: each scan of a change data feed in a plan costs planning of its own (Delta reads the
         # commits to list the files of each), keeping it costs planning once.
-        view = self.batches[key] = self.register(self.persisted(rows) if readers[0] > 1 else rows)
+        rows = self.persisted(rows) if readers[0] > 1 else rows
+        view = self.batches[key] = self.register(rows)
         # Unknown counts as large: the batch then drives no join (see sqlgen.Sources.drives).
         self.batch_rows[view] = BROADCAST_BATCH_ROWS + 1 if size is None else size
+        self._hint(view, rows, self.batch_rows[view])
         self.batch_ranges[view] = ranges
         # Values are listed only for integer columns, where the ranges leave many keys out (see
         # heuristics.lists_batch_values): for others a job would list a few values that the range holds anyway.
