@@ -407,29 +407,31 @@ class StoreRefresh:
             # The changes cancel out (a row inserted and deleted again): no statement has anything to add.
             w.versions[table] = w.targets[table]
             return []
-        # A re-evaluation (:=) computes the map's new contents, so it reads this source after its batch.
-        after_versions = {**w.versions, table: w.targets[table]}
-
-        def reading(view: str, versions) -> Sources:
-            deltas = {r: view for r in relations_of(entry, table)}
-            return sources(run, entry.sources, entry.source_columns, versions, entry.layout, deltas, w.pending,
-                           w.bounds)
-        # Statements that read the batch alone read it plain, the others hinted for broadcast (run.joined_batch).
-        joined = run.joined_batch(batch_view)
-        before, before_alone = reading(joined, w.versions), reading(batch_view, w.versions)
-        after, after_alone = reading(joined, after_versions), reading(batch_view, after_versions)
         # Statements that sum different values over the same joins compute the joins once (see sqlgen), and
         # those that differ only in what they sum over the same product, the sums at once (see fused.py).
         shared, statements = shared_products_of(entry, statements_of(w, table))
-        before = with_shared(before, shared)
+        items = fuse(statements)
+        alone = [_batch_alone(item.product if isinstance(item, Fused) else item.expr) for item in items]
+        # Statements that read the batch alone read it plain, the others hinted for broadcast (run.joined_batch).
+        joined = batch_view if all(alone) else run.joined_batch(batch_view)
+
+        def reading(view: str, versions, with_products=False) -> Sources:
+            deltas = {r: view for r in relations_of(entry, table)}
+            found = sources(run, entry.sources, entry.source_columns, versions, entry.layout, deltas, w.pending,
+                            w.bounds)
+            return with_shared(found, shared) if with_products else found
+        # A re-evaluation (:=) computes the map's new contents, so it reads this source after its batch.
+        after_versions = {**w.versions, table: w.targets[table]}
+        before, before_alone = reading(joined, w.versions, True), reading(batch_view, w.versions)
+        after, after_alone = reading(joined, after_versions), reading(batch_view, after_versions)
         increments = []
-        for item in fuse(statements):
+        for item, read_alone in zip(items, alone):
             if isinstance(item, Fused):
-                sql = fused_sql(item, before_alone if _batch_alone(item.product) else before)
+                sql = fused_sql(item, before_alone if read_alone else before)
                 increments.append((item.targets, entry.layout.fused_rows_sql(item.targets, sql, store_columns)))
             else:
                 read = (after, after_alone) if item.op == ":=" else (before, before_alone)
-                sql = _statement_increments(entry, item, read[1] if _batch_alone(item.expr) else read[0])
+                sql = _statement_increments(entry, item, read[1] if read_alone else read[0])
                 increments.append(((item.target,), entry.layout.rows_sql(item.target, sql, store_columns)))
         # Only now: `sources` reads the versions when the statements' SQL is made.
         w.versions[table] = w.targets[table]

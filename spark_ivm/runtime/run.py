@@ -67,7 +67,7 @@ class RefreshRun:
         self._key_values: dict[tuple, tuple | None] = {}  # see key_values
         self._listed_columns: dict[str, list[str]] = {}  # batch view -> its columns batch_values may list
         self._held_batches: dict[str, object] = {}  # batch view -> its rows, read by the driver (pyarrow)
-        self._hinted: dict[str, str] = {}  # batch view -> a view of the same rows hinted for broadcast
+        self._hinted: dict[str, object] = {}  # batch view -> its rows (a DataFrame), then its hinted view
         self.pins: dict[tuple, str] = {}
         self.stores: dict[str, str] = {}  # map store -> the view of the rows its maps are read from
         self.stages: dict[str, str] = {}  # a statement's stage (its SELECT) -> its view
@@ -399,17 +399,22 @@ class RefreshRun:
         return view
 
     def _hint(self, view: str, rows, size: int) -> None:
-        """Where the batch is small next to the maps it joins, a second view of it hinted for broadcast: copied
-        to every task instead of shuffling the maps to meet it (change data have no size estimate, so Spark
-        would never broadcast them by itself). Apart from the plain view, since Spark warns of a hint in a
-        query that does not join the batch."""
+        """Where the batch is small next to the maps it joins, its rows to be hinted for broadcast when a query
+        joins it (joined_batch): copied to every task instead of shuffling the maps to meet it (change data
+        have no size estimate, so Spark would never broadcast them by itself). Not the plain view's rows:
+        Spark warns of a hint in a query that does not join the batch."""
         if 0 < size <= BROADCAST_BATCH_ROWS:
-            hinted = self._hinted[view] = self.register(broadcast(rows))
-            self.batch_rows[hinted] = size  # read by sqlgen.Sources.drives
+            self._hinted[view] = rows
 
     def joined_batch(self, view: str) -> str:
         """The batch's view for a query that joins it: hinted for broadcast where it is small."""
-        return self._hinted.get(view, view)
+        rows = self._hinted.get(view)
+        if rows is None:
+            return view
+        if not isinstance(rows, str):
+            hinted = self._hinted[view] = self.register(broadcast(rows))
+            self.batch_rows[hinted] = self.batch_rows[view]  # read by sqlgen.Sources.drives
+        return self._hinted[view]
 
     def _consolidate_from_log(self, key: tuple, columns, ranged, readers=(1,)) -> None:
         """The batch as a view of its changes, not consolidated (see sources.change_rows_sql), its size and
