@@ -67,7 +67,8 @@ class RefreshRun:
         self._key_values: dict[tuple, tuple | None] = {}  # see key_values
         self._listed_columns: dict[str, list[str]] = {}  # batch view -> its columns batch_values may list
         self._held_batches: dict[str, object] = {}  # batch view -> its rows, read by the driver (pyarrow)
-        self._hinted: dict[str, object] = {}  # batch view -> its rows (a DataFrame), then its hinted view
+        self._hint_rows: dict[str, object] = {}  # batch view -> its rows, where small enough to broadcast
+        self._hinted: dict[str, str] = {}  # batch view -> a view of its rows hinted for broadcast
         self.pins: dict[tuple, str] = {}
         self.stores: dict[str, str] = {}  # map store -> the view of the rows its maps are read from
         self.stages: dict[str, str] = {}  # a statement's stage (its SELECT) -> its view
@@ -404,15 +405,14 @@ class RefreshRun:
         have no size estimate, so Spark would never broadcast them by itself). Not the plain view's rows:
         Spark warns of a hint in a query that does not join the batch."""
         if 0 < size <= BROADCAST_BATCH_ROWS:
-            self._hinted[view] = rows
+            self._hint_rows[view] = rows
 
     def joined_batch(self, view: str) -> str:
         """The batch's view for a query that joins it: hinted for broadcast where it is small."""
-        rows = self._hinted.get(view)
-        if rows is None:
+        if view not in self._hint_rows:
             return view
-        if not isinstance(rows, str):
-            hinted = self._hinted[view] = self.register(broadcast(rows))
+        if view not in self._hinted:
+            hinted = self._hinted[view] = self.register(broadcast(self._hint_rows[view]))
             self.batch_rows[hinted] = self.batch_rows[view]  # read by sqlgen.Sources.drives
         return self._hinted[view]
 
