@@ -26,7 +26,7 @@ from spark_ivm.calculus.analysis import (
     all_vars, factors_of, has_delta, is_nested, ivars, ovars, reads_database, reads_maps, schedule,
 )
 from spark_ivm.calculus.expressions import (
-    AggSum, Cmp, Exists, Expr, Fn, Lift, MapRef, Rel, Sum, aggsum, exists, lift, prod, sum_,
+    AggSum, Cmp, Const, Exists, Expr, Fn, Lift, MapRef, Rel, Sum, aggsum, exists, lift, prod, sum_,
 )
 from spark_ivm.heuristics import splits_map_at
 
@@ -37,18 +37,23 @@ __all__ = ["extract_aggregates"]
 Materialize = Callable[[Expr], MapRef]
 
 
-def extract_aggregates(e: Expr, materialize: Materialize, bound: tuple[str, ...] = ()) -> Expr:
+def extract_aggregates(e: Expr, materialize: Materialize, bound: tuple[str, ...] = (),
+                       key_filters: bool = True) -> Expr:
+    """key_filters: filters of the monomial's keys by constants move into the maps too (see
+    `_push_into_maps`)."""
     if isinstance(e, Sum):
-        return sum_(*(extract_aggregates(t, materialize, bound) for t in e.terms))
+        return sum_(*(extract_aggregates(t, materialize, bound, key_filters) for t in e.terms))
     if isinstance(e, AggSum):
-        body = _extract_monomial(factors_of(e.expr), set(e.group) | set(bound), materialize, bound, summed=True)
+        body = _extract_monomial(factors_of(e.expr), set(e.group) | set(bound), materialize, bound, key_filters,
+                                 summed=True)
         if isinstance(body, MapRef) and set(ovars(body)) <= set(e.group):
             return body  # the map already holds the sum by these keys
         return aggsum(e.group, body)
-    return _extract_monomial(factors_of(e), set(ovars(e)) | set(bound), materialize, bound)
+    return _extract_monomial(factors_of(e), set(ovars(e)) | set(bound), materialize, bound, key_filters)
 
 
-def _extract_monomial(factors, visible: set[str], materialize: Materialize, bound, summed: bool = False) -> Expr:
+def _extract_monomial(factors, visible: set[str], materialize: Materialize, bound, key_filters: bool,
+                      summed: bool = False) -> Expr:
     """summed: the monomial is the body of an AggSum, which sums away a variable that splitting a map
     adds to the maps' keys."""
     batch_side: list[Expr] = []
@@ -56,7 +61,7 @@ def _extract_monomial(factors, visible: set[str], materialize: Materialize, boun
     known = set(bound)
     for f in factors:
         if is_nested(f) or reads_database(f) and has_delta(f):
-            batch_side.append(_extract_within(f, materialize, tuple(known)))
+            batch_side.append(_extract_within(f, materialize, tuple(known), key_filters))
         elif reads_database(f):
             database_side.append(f)
         else:
@@ -65,7 +70,7 @@ def _extract_monomial(factors, visible: set[str], materialize: Materialize, boun
     if not database_side:
         return prod(*batch_side)
 
-    batch_side, database_side = _push_into_maps(batch_side, database_side, visible)
+    batch_side, database_side = _push_into_maps(batch_side, database_side, visible, key_filters)
     needed = visible | {v for f in batch_side for v in all_vars(f)}
     linking = {v for f in database_side for v in all_vars(f)} - needed
     refs = []
@@ -113,34 +118,48 @@ def _split_once(component, linking: set[str], needed: set[str]):
     return None
 
 
-def _extract_within(f: Expr, materialize: Materialize, bound: tuple[str, ...]) -> Expr:
+def _extract_within(f: Expr, materialize: Materialize, bound: tuple[str, ...], key_filters: bool) -> Expr:
     """The factor with the aggregates inside it extracted (the factor itself stays a factor)."""
     if isinstance(f, Lift):
-        return lift(f.var, extract_aggregates(f.expr, materialize, bound))
+        return lift(f.var, extract_aggregates(f.expr, materialize, bound, key_filters))
     if isinstance(f, Exists):
-        return exists(extract_aggregates(f.expr, materialize, bound))
+        return exists(extract_aggregates(f.expr, materialize, bound, key_filters))
     if isinstance(f, (Cmp, Fn)):
         return f.with_children(tuple(
-            extract_aggregates(c, materialize, bound) if reads_database(c) or has_delta(c) else c
+            extract_aggregates(c, materialize, bound, key_filters) if reads_database(c) or has_delta(c) else c
             for c in f.children()))
-    return extract_aggregates(f, materialize, bound)
+    return extract_aggregates(f, materialize, bound, key_filters)
 
 
-def _push_into_maps(batch_side: list[Expr], database_side: list[Expr], visible: set[str]):
-    """Move value factors that only concern database variables from the batch side into the maps."""
+def _push_into_maps(batch_side: list[Expr], database_side: list[Expr], visible: set[str], key_filters: bool):
+    """Move value factors that only concern database variables from the batch side into the maps: those
+    that need a variable only the database binds, and (key_filters) filters by constants of the
+    monomial's keys that the batch side does not bind and one database factor does, so that the map
+    holds only the rows the statement keeps (TPC-H Q3's orders by date, kept only before the date)
+    without joining two maps into one."""
     database_vars = {v for f in database_side for v in ovars(f)}
     moved = True
     while moved:
         moved = False
-        batch_vars = visible | {v for f in batch_side for v in ovars(f)}
+        bound_by_batch = {v for f in batch_side for v in ovars(f)}
+        batch_vars = visible | bound_by_batch
         for f in batch_side:
             if has_delta(f) or reads_maps(f) or reads_database(f) or ovars(f) and not isinstance(f, Lift):
                 continue  # a map's definition reads base relations only
             used = set(ivars(f))
-            if used <= database_vars and not used <= batch_vars:
+            keys_filter = (key_filters and _filters_by_constant(f) and not used & bound_by_batch
+                           and any(used <= set(ovars(g)) for g in database_side))
+            if used <= database_vars and (keys_filter or not used <= batch_vars):
                 batch_side = [g for g in batch_side if g is not f]
                 database_side = database_side + [f]
                 database_vars |= set(ovars(f))
                 moved = True
                 break
     return batch_side, database_side
+
+
+def _filters_by_constant(f: Expr) -> bool:
+    """A comparison of variables with a constant, not a NULL test: the NULL tests of join keys stay on
+    the batch side, where the maps that share a definition without them stay one map."""
+    return (isinstance(f, Cmp) and f.op not in ("is", "is not") and bool(ivars(f))
+            and any(isinstance(x, Const) for x in f.walk()))

@@ -46,6 +46,15 @@ MAX_DELTA_NODES = _threshold(
     "A delta with more nodes is replaced by re-evaluating its map from the maps below it and the batch.")
 
 
+def key_filters_in_maps(new_maps_with: int, new_maps_without: int) -> bool:
+    """Whether a delta's maps take in the filters of their keys by constants (TPC-H Q3's orders by date,
+    filtered before the date), given the maps not declared yet that the delta needs with and without
+    them. A map then holds only the rows its statements keep, unless that takes more maps: the terms of an
+    OR filter one key each their own way (TPC-H Q7's two pairs of nations), and without the filters one
+    map serves them all."""
+    return new_maps_with <= new_maps_without
+
+
 # A map extracted from a delta holds a sum over a product of relations by some keys. It pays where it is
 # much smaller than the relations it reads: a statement then reads its few rows instead of joining and
 # summing theirs. A map about as large as its relations (a relation by its own key, or a join by the keys

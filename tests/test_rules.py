@@ -106,6 +106,23 @@ def test_extract_aggregates(before, after):
     assert str(extract_aggregates(parse(before), _named)) == after
 
 
+@pytest.mark.parametrize("before, with_key_filters, without", [
+    # a filter of a key by a constant moves into the map, which then holds only the rows it keeps
+    ("AggSum([a], ΔS(b, c) * R(a, b) * {a > 5})", "AggSum([a], ΔS(b, c) * mR[a, b])",
+     "AggSum([a], ΔS(b, c) * mR[a, b] * {a > 5})"),
+    # not a NULL test, not a comparison of two keys that would join two maps into one
+    ("AggSum([a], ΔS(b, c) * R(a, b) * {a IS NOT NULL})", "AggSum([a], ΔS(b, c) * mR[a, b] * {a IS NOT NULL})",
+     None),
+    ("AggSum([a, d], ΔS(b, c) * R(a, b) * T(c, d) * {a < d})", "AggSum([a, d], ΔS(b, c) * mR[a, b] * mT[c, d] * {a < d})",
+     None),
+    # a key the batch binds is filtered on the batch side, before the join
+    ("AggSum([b], ΔS(b, c) * R(a, b) * {b > 5})", "AggSum([b], ΔS(b, c) * {b > 5} * mR[b])", None),
+])
+def test_extract_aggregates_moves_filters_of_keys_into_maps(before, with_key_filters, without):
+    assert str(extract_aggregates(parse(before), _named)) == with_key_filters
+    assert str(extract_aggregates(parse(before), _named, key_filters=False)) == (without or with_key_filters)
+
+
 def test_fixed_point_batch_that_never_settles_fails():
     flip = lambda e: parse("R(a)") if e == parse("S(a)") else parse("S(a)")  # noqa: E731
     executor = RuleExecutor([Batch("flip", FixedPoint(10), (flip,))], strict=True)

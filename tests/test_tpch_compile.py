@@ -68,6 +68,27 @@ def test_oversized_delta_is_re_evaluated_from_the_maps_below():
         assert {m.name for m in plan.maps if m.level > 0} <= read, name
 
 
+def test_maps_take_in_the_filters_of_their_keys_unless_that_takes_more_maps():
+    """Q3 keeps orders by date and Q12 lineitems by ship mode, each filtered by a constant in the query:
+    the maps hold only the rows the statements keep. Q7 filters its pairs of nations in the terms of an
+    OR, and one map of every nation serves both terms: there the filters stay in the statements."""
+    from spark_ivm.heuristics import key_filters_in_maps
+
+    def filters_of(plan, relation, key):
+        (m,) = [m for m in plan.maps if m.level > 0 and key in m.keys
+                and {x.name for x in m.definition.walk() if isinstance(x, Rel)} == {relation}]
+        return [str(x) for x in m.definition.walk() if isinstance(x, Cmp) and key in {v.name for v in x.walk()
+                                                                                      if isinstance(v, Var)}]
+
+    q3 = compile_view(read_query("q3").sql, SCHEMAS)
+    assert filters_of(q3, "orders", "o_orderdate") == ["{o_orderdate < DATE '1995-03-15'}"]
+    q12 = compile_view(read_query("q12").sql, SCHEMAS)
+    assert filters_of(q12, "lineitem", "l_shipmode") == ["{in(l_shipmode, 'MAIL', 'SHIP') = 1}"]
+    q7 = compile_view(read_query("q7").sql, SCHEMAS)
+    assert statement_count(q7) <= MAX_TRIGGER_STATEMENTS
+    assert key_filters_in_maps(2, 2) and not key_filters_in_maps(3, 1)
+
+
 # ---------------------------------------------------------------------------------------------------
 # Random TPC-H-shaped data
 

@@ -16,7 +16,7 @@ from spark_ivm.compiler.estimate import estimated_rows, source_rows
 from spark_ivm.compiler.plan import MapDecl, Plan, Statement, Trigger
 from spark_ivm.errors import UnsupportedQueryError
 from spark_ivm.frontend.view_query import ViewQuery
-from spark_ivm.heuristics import Policy, materializes
+from spark_ivm.heuristics import Policy, key_filters_in_maps, materializes
 from spark_ivm.rules import SIMPLIFY, RuleExecutor, extract_aggregates
 
 __all__ = ["compile_maps", "compile_query", "compile_view", "simplify"]
@@ -106,16 +106,32 @@ def _statement(m: MapDecl, relation: str, registry: MapRegistry, policy: Policy,
         return None
     if m.maintenance != "incremental":
         return Statement(m.name, m.keys, "+=", d)
-    # Decided on a dry run (maps looked up, not declared), so that the form not taken leaves no maps.
+    # Decided on dry runs (maps looked up, not declared), so that the form not taken leaves no maps.
+    key_filters, over_maps = _key_filters_in_maps(d, registry, policy)
     look_up = _look_up(registry, policy)
-    delta_size = _size(extract_aggregates(d, look_up))
+    delta_size = _size(over_maps)
     if policy.reevaluates(delta_size):
-        contents = _contents_after_batch(m, relation, look_up, look_up, policy, strict)
+        contents = _contents_after_batch(m, relation, look_up, look_up, policy, strict, key_filters)
         if contents is not None and _size(contents) < delta_size:
             contents = _contents_after_batch(m, relation, _materializer(registry, policy, m, relation, 1),
-                                             _materializer(registry, policy, m, relation, 2), policy, strict)
+                                             _materializer(registry, policy, m, relation, 2), policy, strict,
+                                             key_filters)
             return Statement(m.name, m.keys, ":=", contents)
-    return Statement(m.name, m.keys, "+=", extract_aggregates(d, _materializer(registry, policy, m, relation, 1)))
+    materialize = _materializer(registry, policy, m, relation, 1)
+    return Statement(m.name, m.keys, "+=", extract_aggregates(d, materialize, key_filters=key_filters))
+
+
+def _key_filters_in_maps(d: Expr, registry: MapRegistry, policy: Policy) -> tuple[bool, Expr]:
+    """Whether the maps of this delta take in the filters of their keys by constants, by the maps not
+    declared yet that either form needs (heuristics.key_filters_in_maps), and the delta over the maps of
+    the form taken (looked up, not declared)."""
+    forms = {}
+    for key_filters in (True, False):
+        placeholders: dict[Expr, str] = {}
+        over_maps = extract_aggregates(d, _look_up(registry, policy, placeholders), key_filters=key_filters)
+        forms[key_filters] = (over_maps, len(placeholders))
+    taken = key_filters_in_maps(forms[True][1], forms[False][1])
+    return taken, forms[taken][0]
 
 
 def _size(e: Expr) -> int:
@@ -155,9 +171,10 @@ def _estimate(definition: AggSum, policy: Policy) -> tuple[int, int] | None:
     return None if rows is None or read is None else (rows, read)
 
 
-def _look_up(registry: MapRegistry, policy: Policy):
-    """Like a materializer, but declares nothing: a map not declared yet gets a placeholder name."""
-    placeholders: dict[Expr, str] = {}
+def _look_up(registry: MapRegistry, policy: Policy, placeholders: dict[Expr, str] | None = None):
+    """Like a materializer, but declares nothing: a map not declared yet gets a placeholder name (kept in
+    `placeholders`, by canonical definition)."""
+    placeholders = {} if placeholders is None else placeholders
 
     def look_up(definition: AggSum) -> MapRef | AggSum:
         existing = registry.shared(definition)
@@ -173,7 +190,7 @@ def _look_up(registry: MapRegistry, policy: Policy):
 
 
 def _contents_after_batch(m: MapDecl, relation: str, materialize, materialize_deeper, policy: Policy,
-                          strict: bool) -> Expr | None:
+                          strict: bool, key_filters: bool) -> Expr | None:
     """m's contents after a batch of `relation`, computed from the maps before it and the batch: m's
     definition over maps, each map M that reads the relation replaced by `M + ΔM`. None when that would
     read a base relation (a map below m is maintained first-order)."""
@@ -184,7 +201,7 @@ def _contents_after_batch(m: MapDecl, relation: str, materialize, materialize_de
         sites[ref] = definition
         return ref
 
-    over_maps = extract_aggregates(m.definition, at_site)
+    over_maps = extract_aggregates(m.definition, at_site, key_filters=key_filters)
     incremental_below = policy.maintenance(m.level + 1) == "incremental"
 
     def after_batch(x: Expr) -> Expr:
@@ -193,7 +210,7 @@ def _contents_after_batch(m: MapDecl, relation: str, materialize, materialize_de
         d = simplify(delta(sites[x], relation), strict)
         if d == ZERO:
             return x
-        return sum_(x, extract_aggregates(d, materialize_deeper) if incremental_below else d)
+        return sum_(x, extract_aggregates(d, materialize_deeper, key_filters=key_filters) if incremental_below else d)
 
     contents = transform_up(over_maps, after_batch)
     return None if reads_database(contents) else contents
