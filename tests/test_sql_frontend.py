@@ -151,6 +151,16 @@ def test_aggregates_are_shared_and_deduplicated():
         "`count`", "`count`", "CASE WHEN `count` = 0 THEN NULL ELSE `count` END"]
 
 
+def test_sums_of_values_never_null_count_their_values_with_the_row_count():
+    """SUM(CASE … THEN 1 ELSE 0 END) (TPC-H Q12) is never over a NULL value, so its non-NULL count is the
+    group's row count, not a map of its own; without an ELSE, or with a column as a result, it is."""
+    q = translate("SELECT b, SUM(CASE WHEN a > 1 THEN 1 ELSE 0 END), SUM(coalesce(a, 0)), "
+                  "SUM(CASE WHEN a > 1 THEN 1 END), SUM(CASE WHEN a > 1 THEN a ELSE 0 END) FROM R GROUP BY b", SCHEMAS)
+    assert [a.name for a in q.aggregates] == ["count", "sum_1", "sum_2", "sum_3", "nn_3", "sum_4", "nn_4"]
+    assert [c.sql for c in q.columns][1:3] == ["CASE WHEN `count` = 0 THEN NULL ELSE `sum_1` END",
+                                               "CASE WHEN `count` = 0 THEN NULL ELSE `sum_2` END"]
+
+
 def test_having_order_by_and_limit():
     q = translate("SELECT r.a, SUM(s.c) AS total FROM R r, S s WHERE r.b = s.b GROUP BY r.a "
                   "HAVING COUNT(*) > 1 AND SUM(r.b) > 0 ORDER BY total DESC, 1 NULLS LAST LIMIT 5", SCHEMAS)
@@ -355,6 +365,9 @@ SEMANTIC_QUERIES = [
     "SELECT COUNT(*) FROM R r JOIN S s ON r.b = s.b AND s.c > 10 WHERE r.a IS NOT NULL AND TRUE",
     "SELECT COUNT(*), SUM(a), AVG(a) FROM R WHERE a > 100",
     "SELECT COUNT(1), SUM(1), COUNT(NULL) FROM R",
+    "SELECT SUM(CASE WHEN a > 1 THEN 1 ELSE 0 END), SUM(coalesce(b, 0)), AVG(CASE WHEN b = 1 THEN 2 ELSE 1 END) "
+    "FROM R WHERE a > 100",
+    "SELECT b, SUM(CASE WHEN a > 1 THEN 1 ELSE 0 END), AVG(coalesce(a, 5)) FROM R GROUP BY b",
     "SELECT b, SUM(a) AS total FROM R GROUP BY b HAVING total > 1 OR COUNT(*) = 1",
     "SELECT a, b FROM R WHERE a IS NOT NULL",
     "SELECT * FROM R r1, R r2 WHERE r1.a = r2.b",

@@ -130,6 +130,8 @@ def _key_filters_in_maps(d: Expr, registry: MapRegistry, policy: Policy) -> tupl
         placeholders: dict[Expr, str] = {}
         over_maps = extract_aggregates(d, _look_up(registry, policy, placeholders), key_filters=key_filters)
         forms[key_filters] = (over_maps, len(placeholders))
+        if not placeholders:
+            return key_filters, over_maps  # no new map: no form needs fewer
     taken = key_filters_in_maps(forms[True][1], forms[False][1])
     return taken, forms[taken][0]
 

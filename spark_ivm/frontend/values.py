@@ -12,7 +12,7 @@ from sqlglot import exp
 from spark_ivm import heuristics
 from spark_ivm.calculus import functions
 from spark_ivm.calculus.expressions import (
-    NEGATED_CMP, NULL, ONE, ZERO, AggSum, Const, DeltaRel, Exists, Expr, Lift, MapRef, Rel, cmp, fn, neg, prod,
+    NEGATED_CMP, NULL, ONE, ZERO, AggSum, Const, DeltaRel, Exists, Expr, Fn, Lift, MapRef, Rel, cmp, fn, neg, prod,
     sum_,
 )
 from spark_ivm.errors import ParseError, UnsupportedQueryError
@@ -421,7 +421,22 @@ def _ordered_constants(low: Expr, high: Expr) -> bool:
 
 
 def is_not_null(value: Expr) -> Expr:
-    return comparison("is not", value, NULL)
+    """`{value IS NOT NULL}`; 1 for a value that is never NULL, so that SUM(CASE … THEN 1 ELSE 0 END)
+    counts its non-NULL values with the group's row count instead of a map of its own."""
+    return ONE if never_null(value) else comparison("is not", value, NULL)
+
+
+def never_null(value: Expr) -> bool:
+    """Whether the value is never NULL whatever the data: a constant, a CASE with an ELSE whose results
+    all are, a COALESCE with an argument that is."""
+    if isinstance(value, Const):
+        return value.value is not None
+    if isinstance(value, Fn) and value.name == "case":
+        results = value.args[1::2] + ((value.args[-1],) if len(value.args) % 2 else ())
+        return len(value.args) % 2 == 1 and all(never_null(r) for r in results)
+    if isinstance(value, Fn) and value.name == "coalesce":
+        return any(never_null(a) for a in value.args)
+    return False
 
 
 def _interval_operand(node: exp.Add | exp.Sub) -> tuple[exp.Interval, exp.Expression] | None:
