@@ -157,7 +157,7 @@ def make_entry(**changes) -> ViewEntry:
         sources={"R": "db.r"}, source_columns={"db.r": [["a", "decimal(10,2)"], ["b", "int"]]},
         output_types=[["b", "int"], ["count(1)", "bigint"], ["sum(a)", "decimal(20,2)"]],
         created_at=1764150000.123456, database="db", token=(1 << 62) - 12345,
-        source_ids={"db.r": "4f5c3c2e-0a4e-4c39-9d0b-8c1f3e0f6a11"},
+        source_ids={"db.r": "4f5c3c2e-0a4e-4c39-9d0b-8c1f3e0f6a11"}, not_null_columns={"db.r": ["b"]},
     )
     fields.update(changes)
     return ViewEntry(**fields)
@@ -173,8 +173,12 @@ def test_view_entry_round_trips():
     assert (data["name"], data["store"]) == ("db.v", "db.shared__store")
     assert_plain(data)
     # Defaults, an integral creation time, no options
-    bare = make_entry(options={}, created_at=1764150000.0, database="", token=0, source_ids={})
+    bare = make_entry(options={}, created_at=1764150000.0, database="", token=0, source_ids={}, not_null_columns={})
     assert entry_from_json(entry_to_json(bare), "db.v") == bare
+    # An entry written before NOT NULL columns were recorded relies on none.
+    older = json.loads(entry_to_json(entry))
+    del older["not_null_columns"]
+    assert entry_from_json(json.dumps(older), "db.v").not_null_columns == {}
 
 
 def check_error(exc: CatalogEntryError, *fragments: str) -> None:

@@ -312,6 +312,40 @@ def test_refresh_after_a_source_was_dropped_and_created_again_is_refused_under_i
     spark.sql(f"DROP INCREMENTAL VIEW {rcv}")
 
 
+def test_not_null_columns_are_relied_on_until_their_constraint_is_dropped(ivm):
+    """A SUM of a NOT NULL column counts its values with the rows (no map of its own); once the constraint
+    is dropped the view cannot go on incrementally: under `incremental` REFRESH refuses, naming FULL, and
+    under `auto` it rebuilds."""
+    spark = ivm
+    spark.sql("CREATE TABLE nn (g STRING NOT NULL, v INT NOT NULL, w INT) USING delta")
+    spark.sql("INSERT INTO nn VALUES ('a', 1, NULL), ('b', 2, 5), ('a', 3, 7)")
+    query = "SELECT g, COUNT(*) AS n, SUM(v) AS total, AVG(v) AS mean, SUM(w) AS ws FROM nn GROUP BY g"
+    spark.sql(f"CREATE INCREMENTAL VIEW nnv WITH (refresh = 'incremental') AS {query}")
+    spark.sql(f"CREATE INCREMENTAL VIEW nnw AS {query}")
+    explained = spark.sql("EXPLAIN INCREMENTAL VIEW nnv").collect()[0][0]
+    declared = [line for line in explained.splitlines() if line.startswith("DECLARE MAP")]
+    assert len(declared) == 4, declared  # the row count, SUM(v), SUM(w) and w's count of non-NULL values
+    spark.sql("INSERT INTO nn VALUES ('c', 4, NULL), ('a', 5, 1)")
+    spark.sql("DELETE FROM nn WHERE v = 2")
+    for view in ("nnv", "nnw"):
+        assert spark.sql(f"REFRESH INCREMENTAL VIEW {view}").collect()[0]["status"] == "refreshed"
+        assert_view_is_query(spark, view, query)
+    spark.sql("ALTER TABLE nn ALTER COLUMN v DROP NOT NULL")
+    spark.sql("INSERT INTO nn VALUES ('c', NULL, 2), ('d', NULL, NULL)")
+    info = refresh_fails(spark, "nnv")
+    assert "column v" in str(info.value) and "NOT NULL" in str(info.value) and "FULL" in str(info.value)
+    result = spark.sql("REFRESH INCREMENTAL VIEW nnw").collect()[0]
+    assert result["status"] == "rebuilt" and "no longer NOT NULL" in result["policy"], result
+    assert_view_is_query(spark, "nnw", query)
+    assert spark.sql("REFRESH INCREMENTAL VIEW nnv FULL").collect()[0]["status"] == "rebuilt"
+    assert_view_is_query(spark, "nnv", query)
+    spark.sql("INSERT INTO nn VALUES ('d', 6, NULL)")
+    for view in ("nnv", "nnw"):
+        assert spark.sql(f"REFRESH INCREMENTAL VIEW {view}").collect()[0]["status"] == "refreshed"
+        assert_view_is_query(spark, view, query)
+        spark.sql(f"DROP INCREMENTAL VIEW {view}")
+
+
 def test_refresh_after_a_source_was_dropped_names_it(ivm):
     spark = ivm
     spark.sql("CREATE TABLE gone (g STRING, v INT) USING delta")

@@ -153,12 +153,17 @@ def test_aggregates_are_shared_and_deduplicated():
 
 def test_sums_of_values_never_null_count_their_values_with_the_row_count():
     """SUM(CASE … THEN 1 ELSE 0 END) (TPC-H Q12) is never over a NULL value, so its non-NULL count is the
-    group's row count, not a map of its own; without an ELSE, or with a column as a result, it is."""
+    group's row count, not a map of its own; without an ELSE, or with a column as a result, it is. The
+    CASE's condition filters the rows summed (TPC-H Q14)."""
     q = translate("SELECT b, SUM(CASE WHEN a > 1 THEN 1 ELSE 0 END), SUM(coalesce(a, 0)), "
                   "SUM(CASE WHEN a > 1 THEN 1 END), SUM(CASE WHEN a > 1 THEN a ELSE 0 END) FROM R GROUP BY b", SCHEMAS)
-    assert [a.name for a in q.aggregates] == ["count", "sum_1", "sum_2", "sum_3", "nn_3", "sum_4", "nn_4"]
-    assert [c.sql for c in q.columns][1:3] == ["CASE WHEN `count` = 0 THEN NULL ELSE `sum_1` END",
-                                               "CASE WHEN `count` = 0 THEN NULL ELSE `sum_2` END"]
+    # A SUM of a CASE with an ELSE of 0, or none, sums its value over the rows its condition keeps: the
+    # first and third SUMs are one sum.
+    assert [a.name for a in q.aggregates] == ["count", "sum_1", "sum_2", "nn_3", "sum_4", "nn_4"]
+    assert [c.sql for c in q.columns][1:4] == ["CASE WHEN `count` = 0 THEN NULL ELSE `sum_1` END",
+                                               "CASE WHEN `count` = 0 THEN NULL ELSE `sum_2` END",
+                                               "CASE WHEN `nn_3` = 0 THEN NULL ELSE `sum_1` END"]
+    assert str(q.aggregates[4].definition) == "AggSum([b], R(a, b) * {a > 1} * a)"
 
 
 def test_having_order_by_and_limit():
@@ -377,11 +382,34 @@ SEMANTIC_QUERIES = [
 ]
 
 
-@pytest.mark.parametrize("sql", SEMANTIC_QUERIES)
-def test_view_rows_match_sqlite(sql):
-    query = translate(sql, SCHEMAS)
-    expected = sqlite_with().execute(to_sqlite(sql)).fetchall()
-    assert normalized(view_rows(query, database()), False) == normalized(expected, False)
+# S's columns declared NOT NULL (its rows without NULLs): a count of their non-NULL values is the row
+# count, except where an outer join pads them with NULL.
+NOT_NULL_SCHEMAS = {**SCHEMAS, "S": [("B", "int", False), ("C", "int", False)]}
+NOT_NULL_ROWS = {**ROWS, "S": [row for row in ROWS["S"] if None not in row]}
+NOT_NULL_QUERIES = [
+    "SELECT r.a, SUM(s.c), AVG(s.c), COUNT(s.c), SUM(s.c * 2 + s.b) FROM R r JOIN S s ON r.b = s.b GROUP BY r.a",
+    "SELECT r.a, SUM(s.c), AVG(s.c), COUNT(s.c) FROM R r LEFT JOIN S s ON r.b = s.b GROUP BY r.a",
+    "SELECT s.c, SUM(s.b), COUNT(r.a) FROM S s FULL JOIN R r ON r.b = s.b GROUP BY s.c",
+    "SELECT SUM(c), AVG(b) FROM S WHERE c > 100",
+    "SELECT s.b, SUM(s.c - s.b), SUM(r.a) FROM S s JOIN R r ON r.b = s.b GROUP BY s.b",
+]
+
+
+@pytest.mark.parametrize("sql, not_null",
+                         [(q, False) for q in SEMANTIC_QUERIES] + [(q, True) for q in NOT_NULL_QUERIES])
+def test_view_rows_match_sqlite(sql, not_null):
+    schemas, rows = (NOT_NULL_SCHEMAS, NOT_NULL_ROWS) if not_null else (SCHEMAS, ROWS)
+    query = translate(sql, schemas)
+    expected = sqlite_with(rows).execute(to_sqlite(sql)).fetchall()
+    assert normalized(view_rows(query, database(rows)), False) == normalized(expected, False)
+
+
+def test_counts_of_not_null_columns_are_the_row_count_but_under_an_outer_join():
+    inner = translate("SELECT r.a, SUM(s.c), AVG(s.c), COUNT(s.c), SUM(r.a) FROM R r JOIN S s ON r.b = s.b "
+                      "GROUP BY r.a", NOT_NULL_SCHEMAS)
+    assert [a.name for a in inner.aggregates] == ["count", "sum_1", "sum_2", "nn_2"]
+    outer = translate("SELECT r.a, SUM(s.c) FROM R r LEFT JOIN S s ON r.b = s.b GROUP BY r.a", NOT_NULL_SCHEMAS)
+    assert [a.name for a in outer.aggregates] == ["count", "sum_1", "nn_1"]
 
 
 ORDERED_QUERIES = [

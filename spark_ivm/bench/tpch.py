@@ -134,7 +134,8 @@ def load_tpch(spark, scale: float, database: str = "tpch", tables=None, *, hold_
                 writes[table] = rows
         # Writing a small table is mostly driver-side work (commit, metastore): overlap the tables.
         with ThreadPoolExecutor(max_workers=4) as pool:
-            futures = {name: pool.submit(_write, spark, f"{database}.{name}", rows) for name, rows in writes.items()}
+            futures = {name: pool.submit(_write, spark, f"{database}.{name}", rows, _table_of(name))
+                       for name, rows in writes.items()}
             return {name: f.result() for name, f in futures.items()}
     finally:
         if scratch:
@@ -156,12 +157,19 @@ def column_names() -> dict[str, list[str]]:
     return {table: [c.strip().split(" ", 1)[0] for c in _split_columns(ddl)] for table, ddl in SCHEMAS.items()}
 
 
-def _write(spark, name: str, rows) -> int:
+def _table_of(name: str) -> str:
+    """The TPC-H table whose rows a loaded table holds (a pending table: those of its table)."""
+    return next((t for t, p in PENDING.items() if p == name), name)
+
+
+def _write(spark, name: str, rows, table: str) -> int:
+    """Write the rows into a new Delta table with the table's columns, every one NOT NULL as the
+    specification's DDL declares them."""
     spark.sql(f"DROP TABLE IF EXISTS {name}")
-    writer = rows.writeTo(name).using("delta")
-    for key, value in TABLE_PROPERTIES.items():
-        writer = writer.tableProperty(key, value)
-    writer.create()
+    columns = ", ".join(f"{c.strip()} NOT NULL" for c in _split_columns(SCHEMAS[table]))
+    properties = ", ".join(f"'{k}' = '{v}'" for k, v in TABLE_PROPERTIES.items())
+    spark.sql(f"CREATE TABLE {name} ({columns}) USING delta TBLPROPERTIES ({properties})")
+    rows.writeTo(name).append()
     return spark.table(name).count()
 
 

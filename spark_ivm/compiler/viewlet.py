@@ -234,11 +234,13 @@ def compile_query(query: ViewQuery, name: str = "q", depth: int | None = None, s
 
 def compile_view(
     sql: str,
-    schemas: Mapping[str, Sequence[str]],
+    schemas: Mapping[str, Sequence[object]],
     depth: int | None = None,
     name: str = "q",
 ) -> Plan:
-    """Compile `SELECT …` over tables with the given column names into a plan of maps and triggers."""
+    """Compile `SELECT …` over tables with the given columns into a plan of maps and triggers. A column
+    is its name, a (name, type) pair, or (name, type, nullable) with nullable False for a column declared
+    NOT NULL (or a Spark StructField)."""
     from spark_ivm.frontend.translate import translate
 
     return compile_query(translate(sql, schemas), name=name, depth=depth)

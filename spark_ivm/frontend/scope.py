@@ -21,11 +21,18 @@ from spark_ivm.frontend.view_query import ROW_COUNT
 
 
 class Catalog:
-    """Tables by case-insensitive name: the schema key and its column names in order."""
+    """Tables by case-insensitive name: the schema key and its column names in order, and the positions
+    of its columns declared NOT NULL."""
 
     def __init__(self, schemas: Mapping[str, Sequence[object]]):
         self._tables = {key.lower(): (key, tuple(_column_name(c) for c in columns))
                         for key, columns in schemas.items()}
+        self._not_null = {key: frozenset(i for i, c in enumerate(columns) if _declared_not_null(c))
+                          for key, columns in schemas.items()}
+
+    def not_null(self, key: str) -> frozenset[int]:
+        """The positions of the columns of the table (by schema key) that hold no NULL."""
+        return self._not_null.get(key, frozenset())
 
     def lookup(self, parts: Sequence[str]) -> tuple[str, tuple[str, ...]] | None:
         """The table named by qualified `parts` (catalog, db, table): the longest name present wins."""
@@ -34,6 +41,14 @@ class Catalog:
             if found:
                 return found
         return None
+
+
+def _declared_not_null(column: object) -> bool:
+    """A column given as (name, type, nullable) with nullable false, or as an object whose `nullable` is
+    false (a Spark StructField)."""
+    if isinstance(column, (tuple, list)):
+        return len(column) > 2 and column[2] is False
+    return getattr(column, "nullable", True) is False
 
 
 def _column_name(column: object) -> str:

@@ -52,7 +52,8 @@ __all__ = ["translate"]
 
 
 def translate(sql: str, schemas: Mapping[str, Sequence[object]]) -> ViewQuery:
-    """The view query of a Spark SQL SELECT over tables with the given columns (names, in order)."""
+    """The view query of a Spark SQL SELECT over tables with the given columns, in order (names, or as
+    `compile_view` takes them: with their types and whether they are nullable)."""
     try:
         return _translate(sql, schemas)
     except RecursionError:

@@ -12,8 +12,8 @@ from sqlglot import exp
 from spark_ivm import heuristics
 from spark_ivm.calculus import functions
 from spark_ivm.calculus.expressions import (
-    NEGATED_CMP, NULL, ONE, ZERO, AggSum, Const, DeltaRel, Exists, Expr, Fn, Lift, MapRef, Rel, cmp, fn, neg, prod,
-    sum_,
+    NEGATED_CMP, NULL, ONE, ZERO, AggSum, Cmp, Const, DeltaRel, Exists, Expr, Fn, Lift, MapRef, Prod, Rel, Sum, Var,
+    cmp, fn, neg, prod, sum_,
 )
 from spark_ivm.errors import ParseError, UnsupportedQueryError
 from spark_ivm.frontend.source import DIALECT, SqlSource, text_span
@@ -420,23 +420,59 @@ def _ordered_constants(low: Expr, high: Expr) -> bool:
     return isinstance(low, Const) and isinstance(high, Const) and bool(_compare_constants("<=", low.value, high.value))
 
 
-def is_not_null(value: Expr) -> Expr:
-    """`{value IS NOT NULL}`; 1 for a value that is never NULL, so that SUM(CASE … THEN 1 ELSE 0 END)
-    counts its non-NULL values with the group's row count instead of a map of its own."""
-    return ONE if never_null(value) else comparison("is not", value, NULL)
+def is_not_null(value: Expr, not_null: frozenset[str] = frozenset()) -> Expr:
+    """`{value IS NOT NULL}`; 1 for a value that is never NULL (`not_null`: variables that hold no NULL),
+    so that SUM(CASE … THEN 1 ELSE 0 END), or SUM of a NOT NULL column, counts its non-NULL values with
+    the group's row count instead of a map of its own."""
+    return ONE if never_null(value, not_null) else comparison("is not", value, NULL)
 
 
-def never_null(value: Expr) -> bool:
-    """Whether the value is never NULL whatever the data: a constant, a CASE with an ELSE whose results
-    all are, a COALESCE with an argument that is."""
+def summed(value: Expr) -> Expr:
+    """What a SUM of the value multiplies each row by: `CASE WHEN c THEN x [ELSE 0] END` is the filter
+    {c} times x (a NULL counts as 0 in a sum either way), so that c filters the rows where the maps are
+    formed and x alone is summed: TPC-H Q14's promotional revenue by part is then a sum of the revenue of
+    each part's lineitems, not a map keyed by every lineitem's price and discount."""
+    if isinstance(value, Fn) and value.name == "case" and isinstance(value.args[0], Cmp) and (
+            len(value.args) == 2 or len(value.args) == 3 and _is_zero_constant(value.args[2])):
+        return prod(value.args[0], value.args[1])
+    return value
+
+
+def _is_zero_constant(value: Expr) -> bool:
+    return isinstance(value, Const) and not isinstance(value.value, (str, bool)) and value.value == 0
+
+
+def never_null(value: Expr, not_null: frozenset[str] = frozenset()) -> bool:
+    """Whether the value is never NULL whatever the data: a constant, a variable of `not_null`, a sum,
+    product or difference of such values, a CASE with an ELSE whose results all are, a COALESCE with an
+    argument that is."""
     if isinstance(value, Const):
         return value.value is not None
+    if isinstance(value, Var):
+        return value.name in not_null
+    if isinstance(value, (Prod, Sum)) or isinstance(value, Fn) and value.name in ("+", "-", "*"):
+        return all(never_null(c, not_null) for c in value.children())
     if isinstance(value, Fn) and value.name == "case":
         results = value.args[1::2] + ((value.args[-1],) if len(value.args) % 2 else ())
-        return len(value.args) % 2 == 1 and all(never_null(r) for r in results)
+        return len(value.args) % 2 == 1 and all(never_null(r, not_null) for r in results)
     if isinstance(value, Fn) and value.name == "coalesce":
-        return any(never_null(a) for a in value.args)
+        return any(never_null(a, not_null) for a in value.args)
     return False
+
+
+def not_null_variables(e: Expr, not_null_positions: Callable[[str], frozenset[int]]) -> frozenset[str]:
+    """The variables that hold no NULL wherever `e` is not 0: those a relation binds at a column declared
+    NOT NULL (`not_null_positions` of the relation), in a product if a factor binds them, in a sum if
+    every term does (the padding of an outer join's unmatched rows binds its columns to NULL)."""
+    if isinstance(e, Rel):
+        return frozenset(e.vars[i] for i in not_null_positions(e.name) if i < len(e.vars))
+    if isinstance(e, Prod):
+        return frozenset().union(*(not_null_variables(f, not_null_positions) for f in e.factors))
+    if isinstance(e, Sum):
+        return frozenset.intersection(*(not_null_variables(t, not_null_positions) for t in e.terms))
+    if isinstance(e, AggSum):
+        return not_null_variables(e.expr, not_null_positions) & frozenset(e.group)
+    return frozenset()
 
 
 def _interval_operand(node: exp.Add | exp.Sub) -> tuple[exp.Interval, exp.Expression] | None:

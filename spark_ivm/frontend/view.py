@@ -15,7 +15,7 @@ from spark_ivm.frontend.constructs import first_aggregate, reject_aggregates, re
 from spark_ivm.frontend.scope import PLACEHOLDER, Translation
 from spark_ivm.frontend.select import SelectItem, SelectTranslator
 from spark_ivm.frontend.source import DIALECT, SqlSource
-from spark_ivm.frontend.values import is_not_null
+from spark_ivm.frontend.values import is_not_null, not_null_variables, summed
 from spark_ivm.frontend.view_query import ROW_COUNT, Aggregate, OutputColumn, ViewQuery
 from spark_ivm.udfs.registry import UDFS
 
@@ -68,10 +68,11 @@ class Aggregates:
     def placeholder(self, value: Expr, kind: str) -> str:
         return f"{PLACEHOLDER}{kind}{self.arguments.index(value)}"
 
-    def definitions(self, keys: tuple[str, ...], body: Expr,
-                    variable_names: Mapping[str, str]) -> tuple[list[Aggregate], dict[str, str]]:
+    def definitions(self, keys: tuple[str, ...], body: Expr, variable_names: Mapping[str, str],
+                    not_null: frozenset[str] = frozenset()) -> tuple[list[Aggregate], dict[str, str]]:
         """The aggregates in order (row count first) and each placeholder's final name; an aggregate
-        whose definition equals an earlier one is that one."""
+        whose definition equals an earlier one is that one (`not_null`: the body's variables that hold
+        no NULL, whose counts of non-NULL values are the row count)."""
         aggregates = [Aggregate(ROW_COUNT, aggsum(keys, body))]
         name_of: dict[tuple[Expr, str | None], str] = {(aggregates[0].definition, None): ROW_COUNT}
         names: dict[str, str] = {}
@@ -81,7 +82,7 @@ class Aggregates:
             candidates = []  # (kind, definition, value keys, reduce)
             for kind in ("sum", "nn"):
                 if kind in self._wanted[value]:
-                    factor = final_value if kind == "sum" else is_not_null(final_value)
+                    factor = summed(final_value) if kind == "sum" else is_not_null(final_value, not_null)
                     candidates.append((kind, aggsum(keys, prod(body, factor)), (), None))
             for reduce in _REDUCED_STEMS:
                 if reduce in self._wanted[value]:
@@ -386,8 +387,9 @@ class ViewTranslator:
                                           detail="its WHERE is always false or NULL")
         variable_names = self.translation.names.final_names()
         keys = tuple(variable_names[k] for k in self.keys)
-        aggregates, aggregate_names = self.aggregates.definitions(keys, rename(body, variable_names),
-                                                                  variable_names)
+        body = rename(body, variable_names)
+        not_null = not_null_variables(body, self.translation.catalog.not_null)
+        aggregates, aggregate_names = self.aggregates.definitions(keys, body, variable_names, not_null)
         names = {**variable_names, **aggregate_names}
         return ViewQuery(
             sql=self.source.text,

@@ -7,6 +7,7 @@ renaming a Python class does not break stored views. Format 1:
     {"format": 1, "name": "db.v", "store": "db.v__ivm_maps", "sql": "SELECT …", "options": {"depth": 1},
      "database": "db", "created_at": 1764150000.5, "token": 123, "sources": {"R": "db.r"},
      "source_columns": {"db.r": [["a", "int"], …]}, "source_ids": {"db.r": "…"},
+     "not_null_columns": {"db.r": ["a", …]},
      "output_types": [["a", "int"], …],
      "layout": {"maps": [{"map_id": 0, "name": "q_count", "keys": ["a"], "value_type": "bigint"}, …],
                 "key_types": [["a", "int"]], "key_names": [["a", "k_a"]], "progress_id": -1},
@@ -55,6 +56,9 @@ class ViewEntry:
     # Each source's Delta table id when the view was built: a table dropped and created again under the
     # same name has another, and its change data feed does not continue the old one's.
     source_ids: dict[str, str] = field(default_factory=dict)
+    # The columns of each source declared NOT NULL when the view was built, whose counts of non-NULL values
+    # the plan takes as the row count (absent in entries written before: none).
+    not_null_columns: dict[str, list[str]] = field(default_factory=dict)
 
     @property
     def store(self) -> str:
@@ -78,6 +82,7 @@ def entry_to_json(entry: ViewEntry) -> str:
         "sources": entry.sources,
         "source_columns": entry.source_columns,
         "source_ids": entry.source_ids,
+        "not_null_columns": entry.not_null_columns,
         "output_types": entry.output_types,
         "layout": layout,
         "plan": plan_to_data(entry.plan),
@@ -163,6 +168,7 @@ def _entry(data: dict) -> ViewEntry:
         database=d.string("database"),
         token=d.integer("token"),
         source_ids=_string_map(d, "source_ids"),
+        not_null_columns=_string_lists(d, "not_null_columns"),
     )
 
 
@@ -183,6 +189,15 @@ def _pair_list(pairs: object, path: str) -> list[list[str]]:
         if not (isinstance(pair, list) and len(pair) == 2 and all(isinstance(s, str) for s in pair)):
             raise FormatError(f"{path}[{i}]", "expected a pair of strings")
     return [list(pair) for pair in pairs]
+
+
+def _string_lists(d: Fields, key: str) -> dict[str, list[str]]:
+    """An optional object of lists of strings (absent: empty)."""
+    found = d.typed(key, (dict,), "an object") if key in d.data else {}
+    for k, v in found.items():
+        if not (isinstance(v, list) and all(isinstance(s, str) for s in v)):
+            raise FormatError(f"{d.path(key)}.{k}", "expected a list of strings")
+    return {k: list(v) for k, v in found.items()}
 
 
 def _string_map(d: Fields, key: str) -> dict[str, str]:

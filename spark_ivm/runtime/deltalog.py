@@ -75,6 +75,7 @@ class TableSnapshot:
     size_bytes: int | None  # of its current files, from the checksum (None: not written)
     location: str
     handle: object = field(default=None, compare=False, repr=False)  # the JVM's (DeltaLog, Snapshot, table)
+    not_null: frozenset[str] = frozenset()  # the columns declared NOT NULL
 
     @property
     def change_feed(self) -> bool:
@@ -179,15 +180,17 @@ class DeltaLogs:
             return None
         metadata = snapshot.metadata()
         checksum = snapshot.checksumOpt()
+        schema = _schema(snapshot.schema().json())
         return TableSnapshot(
             table=table,
             version=int(snapshot.version()),
             table_id=str(metadata.id()),
-            columns=_columns(snapshot.schema().json()),
+            columns=_columns(schema),
             properties=self.as_python(metadata.configuration()),
             size_bytes=int(checksum.get().tableSizeBytes()) if checksum.isDefined() else None,
             location=str(meta.location().toString()),
             handle=(delta_log, snapshot, meta),
+            not_null=frozenset(f.name for f in schema.fields if not f.nullable),
         )
 
     # -- commits -------------------------------------------------------------------------------------------
@@ -409,10 +412,13 @@ class DeltaLogs:
             log.warning("could not remove the files of a failed write to %s: %s", snapshot.table, exc)
 
 
-def _columns(schema_json: str) -> tuple[tuple[str, str], ...]:
+def _schema(schema_json: str):
     from pyspark.sql.types import StructType
 
-    schema = StructType.fromJson(json.loads(schema_json))
+    return StructType.fromJson(json.loads(schema_json))
+
+
+def _columns(schema) -> tuple[tuple[str, str], ...]:
     return tuple((f.name, f.dataType.simpleString()) for f in schema.fields)
 
 

@@ -291,12 +291,19 @@ class Engine:
             q = self.qualify(t)
             if q == name or not self.spark.catalog.tableExists(q):
                 return None
-            return q, [[f.name, f.dataType.simpleString()] for f in self.spark.table(q).schema.fields]
+            schema = self.spark.table(q).schema
+            return (q, [[f.name, f.dataType.simpleString()] for f in schema.fields],
+                    [f.name for f in schema.fields if not f.nullable])
 
         found = {t: f for t, f in zip(tables, parallel(self.spark, table_fields, tables)) if f}
-        qualified = {t: q for t, (q, _) in found.items()}
-        fields = {q: columns for q, columns in found.values()}
-        query = translate(positioned_sql, {t: [c for c, _ in fields[q]] for t, q in qualified.items()})  # raises UnknownTableError for the missing ones
+        qualified = {t: q for t, (q, _, _) in found.items()}
+        fields = {q: columns for q, columns, _ in found.values()}
+        not_null = {q: columns for q, _, columns in found.values()}
+        # The compiler counts the non-NULL values of a NOT NULL column with the rows: the view relies on
+        # the constraints, and a refresh checks that they still hold (view_work.check_source). Raises
+        # UnknownTableError for the tables not found.
+        query = translate(positioned_sql, {t: [(c, ty, c not in not_null[q]) for c, ty in fields[q]]
+                                           for t, q in qualified.items()})
         view = name.split(".")[-1]
         if "depth" in options:  # `depth = unlimited` is None too, but chosen
             plan = compile_query(query, name=view, depth=options["depth"])
@@ -336,6 +343,7 @@ class Engine:
                                output_types, versions, run, members,
                                source_bytes=sum(size or 0 for _, size, _ in looked_up.values()))
             entry.source_ids = ids
+            entry.not_null_columns = {t: not_null[t] for t in source_list if not_null[t]}
             return entry
 
     def _store_removal(self, name: str, store: str, keep_store: bool = False) -> str:

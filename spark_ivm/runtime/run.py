@@ -148,6 +148,13 @@ class RefreshRun:
         return ([[f.name, f.dataType.simpleString()] for f in self.spark.table(table).schema.fields]
                 if self.spark.catalog.tableExists(table) else None)
 
+    def not_null_columns(self, table: str) -> frozenset[str]:
+        """The table's columns declared NOT NULL now."""
+        snapshot = self.snapshot(table)
+        if snapshot is not None:
+            return snapshot.not_null
+        return frozenset(f.name for f in self.spark.table(table).schema.fields if not f.nullable)
+
     def version(self, table: str) -> int:
         if table not in self.versions:
             self.look_up([table])

@@ -92,6 +92,13 @@ def check_source(entry, table: str, run: RefreshRun, applied: dict[str, int]) ->
         raise RefreshError(
             f"the columns of source table {table} changed since view {entry.name} was built: {what} "
             f"(was {was}, now {now}); run REFRESH INCREMENTAL VIEW {entry.name} FULL to rebuild it")
+    relied = entry.not_null_columns.get(table, [])
+    lost = [c for c in relied if c not in run.not_null_columns(table)] if relied else []
+    if lost:
+        raise FullRefreshNeeded(
+            f"column {lost[0]} of source table {table} may hold NULL now: it was declared NOT NULL when view "
+            f"{entry.name} was built, and the view relies on that; run REFRESH INCREMENTAL VIEW {entry.name} "
+            f"FULL to rebuild it", entry.name, f"column {lost[0]} of {table} is no longer NOT NULL")
 
 
 def refresh_failure(entry, exc: Exception) -> Exception:
