@@ -40,6 +40,9 @@ QUERIES = [
     "SELECT R.b, COUNT(*) FROM R, S WHERE R.a < S.c GROUP BY R.b",
     "SELECT SUM(R.a) FROM R, S WHERE R.b = S.b AND R.a <= S.c",
     "SELECT S.b, SUM(CASE WHEN R.a > S.c THEN 1 ELSE 0 END) FROM R JOIN S ON R.b = S.b GROUP BY S.b",
+    # a CASE's condition filters the rows summed; its count of non-NULL values is a sum of filters
+    "SELECT S.c, SUM(CASE WHEN R.a > 1 THEN S.c * R.b END), AVG(CASE WHEN S.c = 2 THEN R.a ELSE 1 END) "
+    "FROM R JOIN S ON R.b = S.b GROUP BY S.c",
     "SELECT COUNT(*) FROM R JOIN S ON R.b = S.b JOIN T ON S.c = T.c WHERE T.d IS NOT NULL",
     # b is shared by three relations (r1, S, r2): its higher-order maps are split there (like TPC-H Q5's nation)
     "SELECT r1.a, S.c, COUNT(*) FROM R r1, S, R r2, T WHERE r1.b = S.b AND r2.b = S.b AND S.c = T.c AND T.d = r2.a "

@@ -158,12 +158,20 @@ def test_sums_of_values_never_null_count_their_values_with_the_row_count():
     q = translate("SELECT b, SUM(CASE WHEN a > 1 THEN 1 ELSE 0 END), SUM(coalesce(a, 0)), "
                   "SUM(CASE WHEN a > 1 THEN 1 END), SUM(CASE WHEN a > 1 THEN a ELSE 0 END) FROM R GROUP BY b", SCHEMAS)
     # A SUM of a CASE with an ELSE of 0, or none, sums its value over the rows its condition keeps: the
-    # first and third SUMs are one sum.
-    assert [a.name for a in q.aggregates] == ["count", "sum_1", "sum_2", "nn_3", "sum_4", "nn_4"]
-    assert [c.sql for c in q.columns][1:4] == ["CASE WHEN `count` = 0 THEN NULL ELSE `sum_1` END",
-                                               "CASE WHEN `count` = 0 THEN NULL ELSE `sum_2` END",
-                                               "CASE WHEN `nn_3` = 0 THEN NULL ELSE `sum_1` END"]
-    assert str(q.aggregates[4].definition) == "AggSum([b], R(a, b) * {a > 1} * a)"
+    # first and third SUMs are one sum, and the third's non-NULL values are the rows where a > 1 (that
+    # sum again). Where a > 1 holds, a is not NULL: the fourth SUM never is.
+    assert [a.name for a in q.aggregates] == ["count", "sum_1", "sum_2", "sum_3"]
+    assert [c.sql for c in q.columns][1:] == ["CASE WHEN `count` = 0 THEN NULL ELSE `sum_1` END",
+                                              "CASE WHEN `count` = 0 THEN NULL ELSE `sum_2` END",
+                                              "CASE WHEN `sum_1` = 0 THEN NULL ELSE `sum_1` END",
+                                              "CASE WHEN `count` = 0 THEN NULL ELSE `sum_3` END"]
+    assert str(q.aggregates[3].definition) == "AggSum([b], R(a, b) * {a > 1} * a)"
+    avg = translate("SELECT b, AVG(CASE WHEN b = 2 THEN a END), SUM(CASE WHEN b = 2 THEN a ELSE 1 END) "
+                    "FROM R GROUP BY b", SCHEMAS)
+    assert [str(a.definition) for a in avg.aggregates[1:]] == [
+        "AggSum([b], R(a, b) * {b = 2} * a)", "AggSum([b], R(a, b) * {b = 2} * {a IS NOT NULL})",
+        "AggSum([b], R(a, b) * {case(b = 2, a, 1)})",
+        "AggSum([b], R(a, b) * (1 + -1 * {b = 2} * {a IS NULL}))"]
 
 
 def test_having_order_by_and_limit():
@@ -373,6 +381,10 @@ SEMANTIC_QUERIES = [
     "SELECT SUM(CASE WHEN a > 1 THEN 1 ELSE 0 END), SUM(coalesce(b, 0)), AVG(CASE WHEN b = 1 THEN 2 ELSE 1 END) "
     "FROM R WHERE a > 100",
     "SELECT b, SUM(CASE WHEN a > 1 THEN 1 ELSE 0 END), AVG(coalesce(a, 5)) FROM R GROUP BY b",
+    "SELECT b, AVG(CASE WHEN b = 2 THEN a END), SUM(CASE WHEN b = 2 THEN a ELSE 1 END), "
+    "AVG(CASE WHEN b > 1 THEN b ELSE 0 END), COUNT(CASE WHEN a = 1 THEN b END) FROM R GROUP BY b",
+    "SELECT cat, SUM(CASE WHEN price > 1 THEN qty END), AVG(CASE WHEN qty > 2 THEN price ELSE 0 END), "
+    "SUM(CASE WHEN qty IS NULL THEN price ELSE 0 END) FROM items GROUP BY cat",
     "SELECT b, SUM(a) AS total FROM R GROUP BY b HAVING total > 1 OR COUNT(*) = 1",
     "SELECT a, b FROM R WHERE a IS NOT NULL",
     "SELECT * FROM R r1, R r2 WHERE r1.a = r2.b",

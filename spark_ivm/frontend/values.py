@@ -423,8 +423,22 @@ def _ordered_constants(low: Expr, high: Expr) -> bool:
 def is_not_null(value: Expr, not_null: frozenset[str] = frozenset()) -> Expr:
     """`{value IS NOT NULL}`; 1 for a value that is never NULL (`not_null`: variables that hold no NULL),
     so that SUM(CASE … THEN 1 ELSE 0 END), or SUM of a NOT NULL column, counts its non-NULL values with
-    the group's row count instead of a map of its own."""
-    return ONE if never_null(value, not_null) else comparison("is not", value, NULL)
+    the group's row count instead of a map of its own. A CASE of one condition c and a value x is
+    not NULL where c holds and x is not, or where c does not and its ELSE (never NULL) is taken: c then
+    filters rows, as in `summed`, instead of keying a map by x's variables."""
+    if never_null(value, not_null):
+        return ONE
+    if isinstance(value, Fn) and value.name == "case" and isinstance(value.args[0], Cmp):
+        condition, result = value.args[0], value.args[1]
+        # Where the condition holds, the variables it compares (but by IS) are not NULL.
+        compared = frozenset() if condition.op in ("is", "is not") else frozenset(
+            side.name for side in (condition.left, condition.right) if isinstance(side, Var))
+        if len(value.args) == 2:
+            return prod(condition, is_not_null(result, not_null | compared))
+        if len(value.args) == 3 and never_null(value.args[2], not_null):
+            return ONE if never_null(result, not_null | compared) else sum_(
+                ONE, neg(prod(condition, comparison("is", result, NULL))))
+    return comparison("is not", value, NULL)
 
 
 def summed(value: Expr) -> Expr:
