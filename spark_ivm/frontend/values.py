@@ -428,14 +428,15 @@ def is_not_null(value: Expr, not_null: frozenset[str] = frozenset()) -> Expr:
     filters rows, as in `summed`, instead of keying a map by x's variables."""
     if never_null(value, not_null):
         return ONE
-    if isinstance(value, Fn) and value.name == "case" and isinstance(value.args[0], Cmp):
-        condition, result = value.args[0], value.args[1]
+    case = _one_condition_case(value)
+    if case is not None:
+        condition, result, otherwise = case
         # Where the condition holds, the variables it compares (but by IS) are not NULL.
         compared = frozenset() if condition.op in ("is", "is not") else frozenset(
             side.name for side in (condition.left, condition.right) if isinstance(side, Var))
-        if len(value.args) == 2:
+        if otherwise is None:
             return prod(condition, is_not_null(result, not_null | compared))
-        if len(value.args) == 3 and never_null(value.args[2], not_null):
+        if never_null(otherwise, not_null):
             return ONE if never_null(result, not_null | compared) else sum_(
                 ONE, neg(prod(condition, comparison("is", result, NULL))))
     return comparison("is not", value, NULL)
@@ -446,10 +447,18 @@ def summed(value: Expr) -> Expr:
     {c} times x (a NULL counts as 0 in a sum either way), so that c filters the rows where the maps are
     formed and x alone is summed: TPC-H Q14's promotional revenue by part is then a sum of the revenue of
     each part's lineitems, not a map keyed by every lineitem's price and discount."""
-    if isinstance(value, Fn) and value.name == "case" and isinstance(value.args[0], Cmp) and (
-            len(value.args) == 2 or len(value.args) == 3 and _is_zero_constant(value.args[2])):
-        return prod(value.args[0], value.args[1])
+    case = _one_condition_case(value)
+    if case is not None and (case[2] is None or _is_zero_constant(case[2])):
+        return prod(case[0], case[1])
     return value
+
+
+def _one_condition_case(value: Expr) -> tuple[Cmp, Expr, Expr | None] | None:
+    """(c, x, ELSE or None) of `CASE WHEN c THEN x [ELSE …] END` with c a comparison; None otherwise."""
+    if isinstance(value, Fn) and value.name == "case" and len(value.args) in (2, 3) \
+            and isinstance(value.args[0], Cmp):
+        return value.args[0], value.args[1], value.args[2] if len(value.args) == 3 else None
+    return None
 
 
 def _is_zero_constant(value: Expr) -> bool:
