@@ -221,6 +221,12 @@ STORE_LISTED_FILES_MAX = _threshold(
     "STORE_LISTED_FILES_MAX", 10_000,
     "A map store's Delta checksum lists its files when it has at most this many (Delta's default is 50).")
 
+# Maps that sum different values over one product per the same keys (a view's SUMs and COUNTs; the sums a
+# join's triggers read) hold the same keys; sharing their store rows (see mapstore) makes the store, and
+# what a refresh or a compaction reads of it, one row per key of them instead of one per map, each row a
+# value column wider. False: one map per row, as stores written before this was chosen.
+MAPS_SHARE_ROWS = True
+
 # Building a store (CREATE, a full refresh) and compacting all of it shuffle every row it holds. At the
 # session's shuffle partitions (2 in a local session, which suits a refresh's small batches) each task of a
 # large view's build held tens of millions of rows and the 4 GB driver ran out of heap (TPC-H Q12 at SF 10).

@@ -149,6 +149,19 @@ def test_store_layout_round_trips():
     assert layout_from_json(layout_to_json(plain)) == plain
 
 
+def test_an_entry_whose_maps_share_rows_is_written_in_the_newest_format():
+    shared = StoreLayout("db.shared__store", (
+        StoredMap(3, "q_count", ("b",), "bigint"), StoredMap(3, "q_sum_a", ("b",), "decimal(38,2)"),
+        StoredMap(3, "q_count_b", ("b",), "bigint", "v_bigint__2")), (("b", "int"),))
+    assert layout_from_json(layout_to_json(shared)) == shared
+    assert [shared.shares_rows(m.name) for m in shared.maps] == [True] * 3
+    assert shared.map_ids == [3, -1] and shared.map("q_count_b").value_column == "v_bigint__2"
+    entry = make_entry(layout=shared)
+    text = entry_to_json(entry)
+    assert json.loads(text)["format"] == FORMAT == 2
+    assert entry_from_json(text, entry.name) == entry
+
+
 def make_entry(**changes) -> ViewEntry:
     sql = "SELECT b, COUNT(*), SUM(a) FROM R GROUP BY b"
     fields = dict(
@@ -169,7 +182,7 @@ def test_view_entry_round_trips():
     assert entry_from_json(text, entry.name) == entry
     assert entry_to_json(entry_from_json(text, entry.name)) == text
     data = json.loads(text)
-    assert data["format"] == FORMAT == 1
+    assert data["format"] == 1  # no map shares rows: the format that versions before FORMAT read
     assert (data["name"], data["store"]) == ("db.v", "db.shared__store")
     assert_plain(data)
     # Defaults, an integral creation time, no options
@@ -189,7 +202,7 @@ def check_error(exc: CatalogEntryError, *fragments: str) -> None:
     assert exc.view == "db.v"
 
 
-@pytest.mark.parametrize("found", [2, 0, "1", True, None])
+@pytest.mark.parametrize("found", [3, 0, "1", True, None])
 def test_an_entry_of_another_format_names_the_view_and_the_way_back(found):
     data = json.loads(entry_to_json(make_entry()))
     if found is None:
@@ -198,7 +211,7 @@ def test_an_entry_of_another_format_names_the_view_and_the_way_back(found):
         data["format"] = found
     with pytest.raises(CatalogEntryError) as caught:
         entry_from_json(json.dumps(data), "db.v", catalog="default.spark_ivm_views")
-    check_error(caught.value, f"format {json.dumps(found)}", "reads format 1",
+    check_error(caught.value, f"format {json.dumps(found)}", "reads formats 1, 2",
                 "SELECT sql FROM default.spark_ivm_views WHERE name = 'db.v'")
     assert caught.value.store == "db.shared__store"  # what DROP needs, read without the rest
 

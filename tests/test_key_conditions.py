@@ -11,10 +11,11 @@ from decimal import Decimal
 import pyarrow as pa
 
 from spark_ivm.runtime.key_conditions import (
-    AllOf, AnyOf, KeyIn, KeyRange, MapIs, all_of, any_of, key_values, map_conditions,
+    AllOf, AnyOf, HoldsValue, KeyIn, KeyRange, MapIs, all_of, any_of, key_values, map_conditions,
 )
 
-TYPES = {"map_id": pa.int32(), "k_a": pa.int64(), "k_d": pa.date32(), "k_s": pa.string(), "k_m": pa.decimal128(10, 2)}
+TYPES = {"map_id": pa.int32(), "k_a": pa.int64(), "k_d": pa.date32(), "k_s": pa.string(), "k_m": pa.decimal128(10, 2),
+         "v_bigint__2": pa.int64()}
 
 
 def test_conditions_print_as_sql_keeping_null_keys_which_join_null_safely():
@@ -25,6 +26,7 @@ def test_conditions_print_as_sql_keeping_null_keys_which_join_null_safely():
     assert str(KeyRange("k_d", datetime.date(1995, 3, 1), datetime.date(1995, 3, 9))) == \
         "(k_d IS NULL OR k_d BETWEEN DATE '1995-03-01' AND DATE '1995-03-09')"
     assert str(MapIs((3,))) == "map_id = 3" and str(MapIs((3, 4))) == "map_id IN (3, 4)"
+    assert str(HoldsValue("v_bigint__2")) == "v_bigint__2 IS NOT NULL"
     both = all_of(MapIs((3,)), KeyIn("k_b", ("it's",)))
     assert f"WHERE {both}" == "WHERE (map_id = 3) AND ((k_b IS NULL OR k_b IN ('it\\'s')))"
     assert key_values("k_b", [5, None, 2, 5]) == KeyIn("k_b", (2, 5))
@@ -67,6 +69,11 @@ def test_a_file_is_skipped_only_where_its_statistics_rule_out_every_row():
     assert MapIs((1, 3)).could_hold(maps) and not MapIs((1, 5)).could_hold(maps)
     assert not all_of(MapIs((3,)), KeyIn("k_a", (99,))).could_hold({**maps, **_merged(maps, _stats(1, 9))})
     assert any_of(MapIs((9,)), MapIs((3,))).could_hold(maps)
+    # A file all of whose rows are NULL in a map's value column holds no row of that map.
+    values = {"numRecords": 3, "nullCount": {"v_bigint__2": 3}}
+    assert not HoldsValue("v_bigint__2").could_hold(values)
+    assert HoldsValue("v_bigint__2").could_hold({"numRecords": 3, "nullCount": {"v_bigint__2": 2}})
+    assert HoldsValue("v_bigint__2").could_hold({"numRecords": 3}) and HoldsValue("v_bigint__2").could_hold(None)
 
 
 def _merged(a, b):
@@ -80,6 +87,8 @@ def _sql_holds(condition, row) -> bool | None:
 
     if isinstance(condition, MapIs):
         return row["map_id"] in condition.map_ids
+    if isinstance(condition, HoldsValue):
+        return row[condition.column] is not None
     if isinstance(condition, KeyRange):
         value = row[condition.column]
         if condition.low is None:
@@ -99,7 +108,8 @@ def _random_row(rng):
         return None if rng.random() < 0.2 else value
     return {"map_id": rng.randint(1, 3), "k_a": maybe(rng.randint(0, 20)),
             "k_d": maybe(datetime.date(1995, 1, 1) + datetime.timedelta(days=rng.randint(0, 9))),
-            "k_s": maybe(rng.choice(["a", "b", "it's", ""])), "k_m": maybe(Decimal(rng.randint(0, 400)) / 100)}
+            "k_s": maybe(rng.choice(["a", "b", "it's", ""])), "k_m": maybe(Decimal(rng.randint(0, 400)) / 100),
+            "v_bigint__2": maybe(rng.randint(-3, 3))}
 
 
 def _random_condition(rng, depth=0):
@@ -114,7 +124,7 @@ def _random_condition(rng, depth=0):
                           else rng.sample(["a", "it's", "zz"], 2)) if rng.random() < 0.5 else \
             key_values("k_d", [datetime.date(1995, 1, 1) + datetime.timedelta(days=d) for d in rng.sample(range(10), 3)])
     if pick == 3:
-        return KeyRange("k_m", Decimal("0.5"), Decimal("2.25"))
+        return KeyRange("k_m", Decimal("0.5"), Decimal("2.25")) if rng.random() < 0.7 else HoldsValue("v_bigint__2")
     terms = [_random_condition(rng, depth + 1) for _ in range(rng.randint(2, 3))]
     return all_of(*terms) if pick == 4 else any_of(*terms)
 

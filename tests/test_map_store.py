@@ -302,3 +302,49 @@ def test_an_engine_sees_a_refresh_made_by_another_after_its_own(ivm):
         assert engine.refresh("v")["status"] == "refreshed"
         assert _bag(spark.table("v")) == _bag(spark.sql(QUERY)), f"round {round_no}"
 
+
+
+SHARING = ("SELECT s.g, SUM(r.x * s.y) AS total, COUNT(*) AS n, SUM(r.x) AS xs, COUNT(r.x) AS nx "
+           "FROM r JOIN s ON r.k = s.k GROUP BY s.g")
+
+
+def _map_lines(spark, view: str) -> list[str]:
+    """EXPLAIN's lines of the view's maps (name, keys, rows, value type), without the view's name."""
+    text = spark.sql(f"EXPLAIN INCREMENTAL VIEW {view}").collect()[0][0]
+    return [line.split(" (in ")[0].replace(f"{view}_", "") for line in text.splitlines() if line.startswith("-- map ")]
+
+
+def test_maps_of_one_product_share_rows_beside_maps_stored_one_per_row(ivm, monkeypatch):
+    from spark_ivm import heuristics
+    from spark_ivm.runtime.viewsql import view_maps
+
+    spark = ivm
+    rng = random.Random(11)
+    spark.conf.set(COMPACT_CONF, "3")
+    spark.sql("INSERT INTO r VALUES (1, 2), (NULL, 1), (2, 3), (2, 0)")
+    spark.sql("INSERT INTO s VALUES (1, 2, 1), (2, NULL, NULL), (NULL, 1, 0), (2, 0, 5)")
+    # One store: a view as views were stored before maps shared rows, and one whose maps share them.
+    monkeypatch.setattr(heuristics, "MAPS_SHARE_ROWS", False)
+    spark.sql(f"CREATE INCREMENTAL VIEW apart WITH (store = 'm') AS {SHARING}")
+    monkeypatch.setattr(heuristics, "MAPS_SHARE_ROWS", True)
+    spark.sql(f"CREATE INCREMENTAL VIEW shared WITH (store = 'm') AS {SHARING}")
+    engine: Engine = spark._spark_ivm_engine
+    apart, shared = engine.entry("apart"), engine.entry("shared")
+    assert not any(apart.layout.shares_rows(m.name) for m in apart.layout.maps)
+    family = view_maps(shared)  # the view's SUMs and COUNTs (all BIGINT), over one product per s.g
+    assert len({m.map_id for m in family}) == 1 and len(family) >= 4
+    assert sorted(m.value_column for m in family) == sorted(
+        ["v_bigint"] + [f"v_bigint__{n}" for n in range(2, len(family) + 1)])
+    rows_of = "SELECT COUNT(*) FROM m WHERE map_id = {} AND src IS NULL"
+    for round_no in range(1, 7):
+        _change(spark, rng)
+        for view in ("apart", "shared"):
+            assert spark.sql(f"REFRESH INCREMENTAL VIEW {view}").collect()[0]["status"] == "refreshed"
+            assert _bag(spark.table(view)) == _bag(spark.sql(SHARING)), f"{view}, round {round_no}"
+        # Each map holds the same keys and values stored either way.
+        assert _map_lines(spark, "shared") == _map_lines(spark, "apart")
+        assert "of the rows it shares with shared_" in spark.sql("EXPLAIN INCREMENTAL VIEW shared").collect()[0][0]
+        if round_no % 3 == 0:  # compacted: one row per key for the whole family
+            groups = apart.layout.map("apart_count").map_id  # the groups' count: every key of the family
+            assert spark.sql(rows_of.format(family[0].map_id)).collect()[0][0] == \
+                spark.sql(rows_of.format(groups)).collect()[0][0] > 0

@@ -410,11 +410,11 @@ def test_an_entry_an_older_version_pickled_says_how_to_recover_and_drops(ivm):
         stored = {r["name"]: r["entry"] for r in spark.table(catalog).collect()}
         old = {name: base64.b64encode(pickle.dumps(entry_from_json(stored[name], name))).decode()
                for name in (f"{DB}.old_own", f"{DB}.old_shared")}
-        future = stored[f"{DB}.future"].replace('"format":1,', '"format":2,', 1)
+        future = stored[f"{DB}.future"].replace('"format":1,', '"format":3,', 1)
         replace_entries(spark, catalog, {**old, f"{DB}.future": future})
 
         other = Engine(spark)  # a process started after the upgrade: nothing cached
-        for view, detail in [("old_own", "pickled Python object"), ("future", "has format 2")]:
+        for view, detail in [("old_own", "pickled Python object"), ("future", "has format 3")]:
             for statement in (other.refresh, lambda name: other.refresh(name, "full"), other.explain):
                 with pytest.raises(CatalogEntryError) as info:
                     statement(view)

@@ -90,13 +90,13 @@ def store_version(spark, store: str) -> int:
 
 
 def map_stats(spark, view: str, store: str) -> dict:
-    """Maps of a view, rows per map (by name), and the map store's size on disk."""
+    """Maps of a view, the map store's rows per map_id (maps that share rows have one) and its size on
+    disk."""
     shown = [r for r in spark.sql("SHOW INCREMENTAL VIEWS").collect() if r["name"] == view]
     names = list(shown[0]["maps"]) if shown else []
     columns = StoreColumns(tuple((f.name, f.dataType.simpleString()) for f in spark.table(store).schema.fields))
-    counts = {r["map_id"]: r["n"] for r in spark.sql(
+    rows = {str(r["map_id"]): int(r["n"]) for r in spark.sql(
         f"SELECT map_id, COUNT(*) AS n FROM ({live_rows_sql(store, columns)}) GROUP BY map_id").collect()}
-    rows = {name: int(counts.get(i, 0)) for i, name in enumerate(names)}
     detail = spark.sql(f"DESCRIBE DETAIL {store}").collect()[0]
     return {"maps": len(names), "map_rows": rows, "map_rows_total": sum(rows.values()),
             "map_bytes": int(detail["sizeInBytes"]), "map_files": int(detail["numFiles"])}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections import Counter
 
 from spark_ivm import heuristics
 from spark_ivm.compiler.plan import Plan, Statement
@@ -13,7 +14,7 @@ from spark_ivm.runtime.catalog_format import ViewEntry
 from spark_ivm.runtime.fused import Fused, fuse, fused_sql
 from spark_ivm.runtime.mapstore import (
     ENTRY_TOKEN, SEQUENCE, SEQUENCE_ID, StoreColumns, StoredMap, StoreLayout, bookkeeping_metadata, key_column,
-    ordered_rows_sql, sequence_sql,
+    ordered_rows_sql, sequence_sql, shared_value_column,
 )
 from spark_ivm.runtime.refresh import INTEGRAL_TYPES, STORE_WRITE_SETTINGS, crash_point, sources
 from spark_ivm.runtime.run import RefreshRun, parallel, session_settings, store_write_parallelism
@@ -44,7 +45,7 @@ def write_maps(engine, name, sql, options, store, plan: Plan, relation_tables, s
             for k in plan.map(map_name).keys:
                 key_types.setdefault(k, fields[k])
             value_types[map_name] = _value_type(fields[VALUE if len(maps) == 1 else f"{VALUE}{i}"])
-    layout = _allocate(spark, store, name, plan, key_types, value_types, members)
+    layout = _allocate(spark, store, name, plan, [maps for maps, _ in queries], key_types, value_types, members)
     new_store = not spark.catalog.tableExists(store)
     store_columns = layout.columns if new_store else _extend_store(engine, store, layout)
     token = uuid.uuid4().int >> 66  # 62 bits: a positive BIGINT
@@ -87,11 +88,12 @@ def write_maps(engine, name, sql, options, store, plan: Plan, relation_tables, s
     return entry
 
 
-def _allocate(spark, store: str, name: str, plan: Plan, key_types: dict[str, str], value_types: dict[str, str],
-              members: list[ViewEntry]) -> StoreLayout:
-    """The view's place in its store: map ids and a progress id no other view of the store uses, and
-    a store column per key variable (`k_<var>`, or `k_<var>_<type>` if another view has `k_<var>`
-    with another type)."""
+def _allocate(spark, store: str, name: str, plan: Plan, computed_together: list[tuple[str, ...]],
+              key_types: dict[str, str], value_types: dict[str, str], members: list[ViewEntry]) -> StoreLayout:
+    """The view's place in its store: map ids and a progress id no other view of the store uses (one id
+    for the maps of each of `computed_together`, which sum values over one product per the same keys, and
+    share their rows: see mapstore), and a store column per key variable (`k_<var>`, or `k_<var>_<type>`
+    if another view has `k_<var>` with another type)."""
     taken = {}
     if spark.catalog.tableExists(store):
         taken = {f.name: f.dataType.simpleString() for f in spark.table(store).schema.fields}
@@ -103,7 +105,16 @@ def _allocate(spark, store: str, name: str, plan: Plan, key_types: dict[str, str
         if taken.get(column, type_sql) != type_sql:
             column = key_column(var, type_sql)
         names.append((var, column))
-    maps = tuple(StoredMap(first_id + i, m.name, m.keys, value_types[m.name]) for i, m in enumerate(plan.maps))
+    families = computed_together if heuristics.MAPS_SHARE_ROWS else [(m,) for f in computed_together for m in f]
+    stored = {}
+    for number, family in enumerate(families):
+        of_type: Counter = Counter()
+        for map_name in family:
+            type_sql = value_types[map_name]
+            of_type[type_sql] += 1
+            column = None if of_type[type_sql] == 1 else shared_value_column(type_sql, of_type[type_sql])
+            stored[map_name] = StoredMap(first_id + number, map_name, plan.map(map_name).keys, type_sql, column)
+    maps = tuple(stored[m.name] for m in plan.maps)
     layout = StoreLayout(store, maps, tuple(key_types.items()), tuple(names), progress_id)
     for column, type_sql in layout.columns.columns:
         if taken.get(column, type_sql) != type_sql:

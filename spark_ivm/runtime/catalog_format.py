@@ -13,7 +13,9 @@ renaming a Python class does not break stored views. Format 1:
                 "key_types": [["a", "int"]], "key_names": [["a", "k_a"]], "progress_id": -1},
      "plan": {…}}                                                          (see plan_json)
 
-The layout is the StoreLayout without its table, which is `store`.
+The layout is the StoreLayout without its table, which is `store`. Format 2 is format 1 with, for each map
+that shares its store rows with other maps, its `value_column` (see mapstore); an entry whose maps share
+none is written in format 1, which versions before format 2 read too.
 
 `format` says how to read the rest. `name` and `store` keep their meaning in every format, so that any
 version can drop a view whose entry it cannot read. An entry of another format, or a pickled entry of a
@@ -35,7 +37,8 @@ from spark_ivm.runtime.mapstore import StoredMap, StoreLayout
 
 __all__ = ["FORMAT", "ViewEntry", "entry_to_json", "entry_from_json", "layout_to_json", "layout_from_json"]
 
-FORMAT = 1
+FORMAT = 2  # the newest format, written where a view's maps share rows; FORMATS are read
+FORMATS = (1, 2)
 
 
 @dataclass
@@ -71,7 +74,7 @@ def entry_to_json(entry: ViewEntry) -> str:
     layout = layout_to_data(entry.layout)
     store = layout.pop("table")  # once, at the top, where every format keeps it
     data = {
-        "format": FORMAT,
+        "format": FORMAT if any(m.column for m in entry.layout.maps) else 1,
         "name": entry.name,
         "store": store,
         "sql": entry.sql,
@@ -93,7 +96,8 @@ def entry_to_json(entry: ViewEntry) -> str:
 def layout_to_data(layout: StoreLayout) -> dict:
     return {
         "table": layout.table,
-        "maps": [{"map_id": m.map_id, "name": m.name, "keys": list(m.keys), "value_type": m.value_type}
+        "maps": [{"map_id": m.map_id, "name": m.name, "keys": list(m.keys), "value_type": m.value_type,
+                  **({"value_column": m.column} if m.column else {})}
                  for m in layout.maps],
         "key_types": [list(pair) for pair in layout.key_types],
         "key_names": [list(pair) for pair in layout.key_names],
@@ -144,9 +148,10 @@ def _entry_data(text: str, view: str, catalog: str | None) -> dict:
             raise _unreadable(view, problem, catalog, _pickled_store(text))
         raise _unreadable(view, "its catalog entry is damaged (not a JSON object)", catalog)
     found = data.get("format")
-    if type(found) is not int or found != FORMAT:  # JSON's true (a Python bool, == 1) is no format number
+    if type(found) is not int or found not in FORMATS:  # JSON's true (a Python bool, == 1) is no format number
         problem = (f"its catalog entry has format {json.dumps(found)}, which this version of spark_ivm does "
-                   f"not read (it reads format {FORMAT}; the version that wrote the entry reads it)")
+                   f"not read (it reads formats {', '.join(map(str, FORMATS))}; the version that wrote the "
+                   f"entry reads it)")
         raise _unreadable(view, problem, catalog, _store_field(data))
     return data
 
@@ -174,7 +179,8 @@ def _entry(data: dict) -> ViewEntry:
 
 def _stored_map(data: object, path: str) -> StoredMap:
     d = Fields(data, path)
-    return StoredMap(d.integer("map_id"), d.string("name"), d.strings("keys"), d.string("value_type"))
+    return StoredMap(d.integer("map_id"), d.string("name"), d.strings("keys"), d.string("value_type"),
+                     d.string("value_column") if "value_column" in d.data else None)
 
 
 def _pairs(d: Fields, key: str) -> tuple[tuple[str, str], ...]:

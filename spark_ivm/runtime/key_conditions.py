@@ -1,7 +1,7 @@
 """Conditions on a store's columns that bound the map rows a refresh reads (see refresh.map_bounds).
 
-A condition is built from a map's id, the range of a batch's values in a key column and the list of
-them, joined by AND and OR. It holds Python values, not SQL text, so that one condition serves three
+A condition is built from a map's id, the value column of a map that shares its rows with others, the
+range of a batch's values in a key column and the list of them, joined by AND and OR. It holds Python values, not SQL text, so that one condition serves three
 readers:
 - Spark: it prints as the SQL of a WHERE clause (str());
 - the Delta log: `could_hold(stats)` says from a file's statistics whether any row of the file can hold it,
@@ -64,6 +64,23 @@ class MapIs(Condition):
 
     def arrow(self, types):
         return pc.field("map_id").isin(pa.array(self.map_ids, types["map_id"]))
+
+
+@dataclass(frozen=True)
+class HoldsValue(Condition):
+    """The rows with a value in this column: where maps share rows (mapstore.StoreLayout.families), the
+    rows of the one map whose value the column holds (NULL there: no row of that map)."""
+    column: str
+
+    def sql(self) -> str:
+        return f"{self.column} IS NOT NULL"
+
+    def could_hold(self, stats):
+        nulls, records = (stats or {}).get("nullCount", {}).get(self.column), (stats or {}).get("numRecords")
+        return nulls is None or records is None or nulls < records
+
+    def arrow(self, types):
+        return pc.field(self.column).is_valid()
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """The map store: the maps of one or more views, and each view's progress record, in one Delta table.
 
     map_id INT | k_<var> … (typed key columns, NULL where a map has no such key) |
-    v_<type> … (one value column per value type; a map uses one) | src STRING | src_version BIGINT
+    v_<type>, v_<type>__2 … (value columns by type; a map uses one) | src STRING | src_version BIGINT
 
 A map's value at a key is the SUM of its rows at that key: a refresh appends each map's increments
 (one row per map and key) instead of updating rows in place, because on Delta an append is one cheap
@@ -22,6 +22,13 @@ from one version only one commits (see deltalog.DeltaLogs.append). Views created
 `WITH (store = 'name')` share a store, so REFRESH INCREMENTAL VIEWS refreshes all of them in that
 one commit too.
 
+Maps that sum different values over the same product per the same keys (a view's SUMs and COUNTs,
+the counts and sums of one join that its triggers read) hold the same keys: they share their rows, under
+one map_id, each with a value column of its own (`v_<type>__2` for the second of a type). A refresh's
+increments of them are summed into one row per key, CREATE writes one, and a map read selects the rows
+with a value in its column (NULL there: no row of that map at the key). So the store holds, and a refresh
+reads, one row per key of such a family instead of one per map.
+
 A view knows only its own maps (`StoreLayout`); the store's columns are the union over its views and
 are read from the table when rows are written (`StoreColumns`).
 """
@@ -32,7 +39,7 @@ import json
 import re
 from dataclasses import dataclass
 
-from spark_ivm.runtime.key_conditions import Condition, MapIs, all_of
+from spark_ivm.runtime.key_conditions import Condition, HoldsValue, MapIs, all_of
 from spark_ivm.runtime.sqlgen import VALUE, literal_sql, quote
 
 PROGRESS = -1  # the progress id of a view with a store of its own
@@ -43,6 +50,11 @@ ENTRY_TOKEN = "#entry"  # `src` of a progress row holding the token of the view'
 
 def value_column(type_sql: str) -> str:
     return "v_" + re.sub(r"[^a-z0-9]+", "_", type_sql.lower()).strip("_")
+
+
+def shared_value_column(type_sql: str, number: int) -> str:
+    """The value column of the number-th map of a type among maps that share rows (the first: v_<type>)."""
+    return value_column(type_sql) if number == 1 else f"{value_column(type_sql)}__{number}"
 
 
 def key_column(var_name: str, type_sql: str | None = None) -> str:
@@ -58,10 +70,11 @@ class StoredMap:
     name: str
     keys: tuple[str, ...]
     value_type: str  # Spark SQL type of the value
+    column: str | None = None  # its value column, where not v_<type>: see shared_value_column
 
     @property
     def value_column(self) -> str:
-        return value_column(self.value_type)
+        return self.column or value_column(self.value_type)
 
 
 @dataclass(frozen=True)
@@ -101,7 +114,12 @@ class StoreLayout:
 
     @property
     def map_ids(self) -> list[int]:
-        return [m.map_id for m in self.maps] + [self.progress_id]
+        return list(dict.fromkeys(m.map_id for m in self.maps)) + [self.progress_id]
+
+    def shares_rows(self, name: str) -> bool:
+        """Whether the map's rows hold other maps' values too (see the module's docstring)."""
+        map_id = self.map(name).map_id
+        return sum(m.map_id == map_id for m in self.maps) > 1
 
     @property
     def value_columns(self) -> tuple[tuple[str, str], ...]:
@@ -134,7 +152,8 @@ class StoreLayout:
 
     def rows_of(self, name: str, where: Condition | None = None) -> Condition:
         """The condition selecting a map's rows of the store (those `where` holds for, if given)."""
-        return all_of(MapIs((self.map(name).map_id,)), where)
+        m = self.map(name)
+        return all_of(MapIs((m.map_id,)), HoldsValue(m.value_column) if self.shares_rows(name) else None, where)
 
     def rows_sql(self, name: str, increments_sql: str, store: StoreColumns | None = None) -> str:
         """Rows of the store's shape from `increments_sql` (key columns named by the map's keys, __v)."""
@@ -151,21 +170,22 @@ class StoreLayout:
 
     def fused_rows_sql(self, targets, sums_sql: str, store: StoreColumns | None = None, live: bool = False) -> str:
         """Rows of the store's shape from `sums_sql` (key columns named by the maps' keys, then `__v0`,
-        `__v1`, …: the increments of targets[0], targets[1], …): a row per target map and key; with `live`
-        only those whose value is neither 0 nor NULL (a map's contents, not increments to be summed)."""
+        `__v1`, …: the increments of targets[0], targets[1], …): a row per key and target map, one for the
+        targets that share rows; with `live`, a map's contents rather than increments to be summed: values
+        that are 0 written as NULL (no row of that map), and rows with no value left out."""
         store = store or self.columns
-        rows = []
+        own: dict[int, dict[str, str]] = {}  # per map_id: the SQL of each column it sets
         for i, name in enumerate(targets):
             m = self.map(name)
-            own = {self.key_column(k): quote(k) for k in m.keys}
-            own[m.value_column] = f"{VALUE}{i}"
-            rows += [str(m.map_id) if col == "map_id" else f"CAST({own.get(col, 'NULL')} AS {type_sql})"
-                     for col, type_sql in store.columns]
+            columns = own.setdefault(m.map_id, {self.key_column(k): quote(k) for k in m.keys})
+            columns[m.value_column] = f"NULLIF({VALUE}{i}, 0)" if live else f"{VALUE}{i}"
+        rows = [str(map_id) if col == "map_id" else f"CAST({columns.get(col, 'NULL')} AS {type_sql})"
+                for map_id, columns in own.items() for col, type_sql in store.columns]
         names = ", ".join(col for col, _ in store.columns)
-        stacked = f"SELECT stack({len(targets)}, {', '.join(rows)}) AS ({names}) FROM ({sums_sql}) AS f"
+        stacked = f"SELECT stack({len(own)}, {', '.join(rows)}) AS ({names}) FROM ({sums_sql}) AS f"
         if not live:
             return stacked
-        # A row holds its map's value in the map's value column and NULL in the others.
+        # A row holds its maps' values in their value columns and NULL in the others.
         values = " OR ".join(f"COALESCE({c}, 0) <> 0" for c, _ in store.values)
         return f"SELECT * FROM ({stacked}) AS s WHERE {values}"
 
@@ -239,12 +259,13 @@ def union_sql(parts: list[str], tasks: int) -> str:
 
 
 def staged_sql(increments: list[str], progress: list[str], store: StoreColumns, tasks: int) -> str:
-    """Increments summed to one row per map and key (keys whose increments cancel left out), followed by
-    the progress rows. `tasks`: see union_sql."""
+    """Increments summed to one row per map and key (keys whose increments cancel left out; a value that
+    sums to 0 NULL, where maps share rows: no row of that map), followed by the progress rows. `tasks`: see
+    union_sql."""
     keys = ["map_id"] + store.keys
     values = {c for c, _ in store.values}
     # In the store's column order: UNION ALL and INSERT match columns by position.
-    select = [c if c in keys else f"SUM({c}) AS {c}" if c in values else f"CAST(NULL AS {t}) AS {c}"
+    select = [c if c in keys else f"NULLIF(SUM({c}), 0) AS {c}" if c in values else f"CAST(NULL AS {t}) AS {c}"
               for c, t in store.columns]
     live = " OR ".join(f"COALESCE(SUM({c}), 0) <> 0" for c in values)
     parts = list(progress)
@@ -261,14 +282,14 @@ def append_sql(table: str, staged: str) -> str:
 
 def compact_rows_sql(table: str, staged: str, store: StoreColumns, partitions: int | None = None) -> str:
     """The store's rows (of `table`, a table expression of them) plus the staged ones, one row per map and
-    key: values summed, keys whose values all sum to 0 dropped, bookkeeping rows reduced to their latest
-    value; in key order (see key_order), in `partitions` ranges of keys if given.
+    key: values summed (NULL where 0: see staged_sql), keys whose values all sum to 0 dropped, bookkeeping
+    rows reduced to their latest value; in key order (see key_order), in `partitions` ranges of keys if given.
 
     Keys group NULL-safely (GROUP BY treats NULL as a value), so NULL group keys stay keys."""
     keys = ["map_id"] + store.keys + ["src"]
     values = dict(store.values)
     select = [c if c in keys
-              else f"CAST(SUM({c}) AS {t}) AS {c}" if c in values
+              else f"CAST(NULLIF(SUM({c}), 0) AS {t}) AS {c}" if c in values
               else f"MAX({c}) AS {c}"
               for c, t in store.columns]
     live = " OR ".join(f"COALESCE(SUM({c}), 0) <> 0" for c in values) or "FALSE"
@@ -297,7 +318,9 @@ def ordered_rows_sql(rows: str, store: StoreColumns, partitions: int | None = No
 
 
 def live_rows_sql(table: str, store: StoreColumns) -> str:
-    """map_id and key columns of every live map row (a key whose value is not 0)."""
+    """map_id, key columns and values (NULL where 0) of every live map row (a key whose value is not 0)."""
     keys = ["map_id"] + store.keys
+    values = [f"NULLIF(SUM({c}), 0) AS {c}" for c, _ in store.values]
     live = " OR ".join(f"COALESCE(SUM({c}), 0) <> 0" for c, _ in store.values) or "FALSE"
-    return f"SELECT {', '.join(keys)} FROM {table} WHERE map_id >= 0 GROUP BY {', '.join(keys)} HAVING {live}"
+    return (f"SELECT {', '.join(keys + values)} FROM {table} WHERE map_id >= 0 GROUP BY {', '.join(keys)} "
+            f"HAVING {live}")

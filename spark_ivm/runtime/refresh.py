@@ -550,7 +550,7 @@ class StoreRefresh:
 
     def _store_rows(self, run: RefreshRun, entry) -> str:
         """The store's rows of the view's maps as of the pinned version."""
-        ids = [m.map_id for m in view_maps(entry)]
+        ids = list(dict.fromkeys(m.map_id for m in view_maps(entry)))
         return f"(SELECT * FROM {run.store_rows(self.store, ids)} WHERE map_id IN ({', '.join(map(str, ids))}))"
 
 

@@ -190,22 +190,24 @@ def _ordering(entry, frame):
 
 
 def _maps_of(entry, key: tuple, sums: tuple) -> list[tuple]:
-    """A group's map rows (raw, in map_columns order) from its keys and its aggregates' sums."""
+    """A group's map rows (raw, in map_columns order) from its keys and its aggregates' sums: one per map,
+    or per map_id where maps share rows."""
     columns = map_columns(entry)
     position = {c.name: i for i, c in enumerate(columns)}
     layout = entry.layout
     key_at = [position[layout.key_column(k)] for k in entry.plan.query.keys]
-    rows = []
+    rows: dict[int, list] = {}
     for m, value in zip(view_maps(entry), sums):
         if value in (None, 0):
             continue  # no rows at this key: the store's sum reads as 0 too
-        row = [None] * len(columns)
-        row[0] = m.map_id
-        for at, k in zip(key_at, key):
-            row[at] = k
+        row = rows.get(m.map_id)
+        if row is None:
+            row = rows[m.map_id] = [None] * len(columns)
+            row[0] = m.map_id
+            for at, k in zip(key_at, key):
+                row[at] = k
         row[position[m.value_column]] = value
-        rows.append(tuple(row))
-    return rows
+    return [tuple(row) for row in rows.values()]
 
 
 def _key_of(entry):

@@ -387,7 +387,7 @@ def _groups_sql(entry, table: str) -> str:
     # A map's value is the sum of its rows at a key (see mapstore.py).
     columns = [f"COALESCE(SUM(CASE WHEN map_id = {stored[a.name].map_id} THEN {stored[a.name].value_column} END), 0)"
                f" AS {quote(a.name)}" for a in sums]
-    ids = ", ".join(str(stored[a.name].map_id) for a in sums)
+    ids = ", ".join(str(i) for i in dict.fromkeys(stored[a.name].map_id for a in sums))
     group = f" GROUP BY {', '.join(layout.key_column(k) for k in query.keys)}" if query.keys else ""
     return f"SELECT {', '.join(keys + columns)} FROM {table} WHERE map_id IN ({ids}){group}"
 
