@@ -1,8 +1,8 @@
 """Conditions on a store's columns that bound the map rows a refresh reads (see refresh.map_bounds).
 
 A condition is built from a map's id, the value column of a map that shares its rows with others, the
-range of a batch's values in a key column and the list of them, joined by AND and OR. It holds Python values, not SQL text, so that one condition serves three
-readers:
+range of a batch's values in a key column and the list of them, joined by AND and OR. It holds Python
+values, not SQL text, so that one condition serves three readers:
 - Spark: it prints as the SQL of a WHERE clause (str());
 - the Delta log: `could_hold(stats)` says from a file's statistics whether any row of the file can hold it,
   so that a read skips the file without opening it;
@@ -68,8 +68,8 @@ class MapIs(Condition):
 
 @dataclass(frozen=True)
 class HoldsValue(Condition):
-    """The rows with a value in this column: where maps share rows (mapstore.StoreLayout.families), the
-    rows of the one map whose value the column holds (NULL there: no row of that map)."""
+    """The rows with a value in this column: where maps share rows (mapstore.StoreLayout.shares_rows),
+    the rows of the one map whose value the column holds (NULL there: no row of that map)."""
     column: str
 
     def sql(self) -> str:
