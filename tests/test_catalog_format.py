@@ -160,6 +160,11 @@ def test_an_entry_whose_maps_share_rows_is_written_in_the_newest_format():
     text = entry_to_json(entry)
     assert json.loads(text)["format"] == FORMAT == 2
     assert entry_from_json(text, entry.name) == entry
+    # Maps that share rows each in the first column of its type: format 2 still, which only readers that
+    # select a map's rows by its value column read.
+    first_columns = StoreLayout("db.shared__store", shared.maps[:2], (("b", "int"),))
+    assert not any(m.column for m in first_columns.maps)
+    assert json.loads(entry_to_json(make_entry(layout=first_columns)))["format"] == 2
 
 
 def make_entry(**changes) -> ViewEntry:

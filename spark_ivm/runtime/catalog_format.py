@@ -13,9 +13,10 @@ renaming a Python class does not break stored views. Format 1:
                 "key_types": [["a", "int"]], "key_names": [["a", "k_a"]], "progress_id": -1},
      "plan": {…}}                                                          (see plan_json)
 
-The layout is the StoreLayout without its table, which is `store`. Format 2 is format 1 with, for each map
-that shares its store rows with other maps, its `value_column` (see mapstore); an entry whose maps share
-none is written in format 1, which versions before format 2 read too.
+The layout is the StoreLayout without its table, which is `store`. Format 2 is format 1 in which maps may
+share a map_id, that is, store rows (see mapstore), each map that does with its `value_column` where that
+is not v_<type>. An entry whose maps share none is written in format 1, which versions before format 2
+read too.
 
 `format` says how to read the rest. `name` and `store` keep their meaning in every format, so that any
 version can drop a view whose entry it cannot read. An entry of another format, or a pickled entry of a
@@ -74,7 +75,7 @@ def entry_to_json(entry: ViewEntry) -> str:
     layout = layout_to_data(entry.layout)
     store = layout.pop("table")  # once, at the top, where every format keeps it
     data = {
-        "format": FORMAT if any(m.column for m in entry.layout.maps) else 1,
+        "format": FORMAT if entry.layout.shares_any_rows else 1,
         "name": entry.name,
         "store": store,
         "sql": entry.sql,

@@ -514,10 +514,9 @@ class Engine:
     def explain(self, name: str) -> str:
         e = self.entry(name, cached=False)
         columns = self.store_columns(e.store)
-        # Per map_id its rows, and per value column the rows with a value there: a map's own where maps
-        # share rows.
+        # Per map_id and value column, the live rows with a value there: a map's own rows.
         counts = {r["map_id"]: r.asDict() for r in self.spark.sql(
-            f"SELECT map_id, COUNT(*) AS n, {', '.join(f'COUNT({c}) AS {c}' for c, _ in columns.values)} "
+            f"SELECT map_id, {', '.join(f'COUNT({c}) AS {c}' for c, _ in columns.values)} "
             f"FROM ({live_rows_sql(e.store, columns)}) GROUP BY map_id").collect()}
         lines = [f"-- incremental view {e.name} (map store {e.store})"]
         form = self.forms.current(e.name)
@@ -525,11 +524,10 @@ class Engine:
             lines.append(f"-- the view reads {_FORMS.get(form[PROPERTY_FORM], form[PROPERTY_FORM])} "
                          f"(as of map store version {form.get(PROPERTY_VERSION)})")
         for m in e.layout.maps:
-            shared = e.layout.shares_rows(m.name)
-            rows = counts.get(m.map_id, {}).get(m.value_column if shared else "n", 0)
+            rows = counts.get(m.map_id, {}).get(m.value_column, 0)
             others = ", ".join(o.name for o in e.layout.maps if o.map_id == m.map_id and o is not m)
             lines.append(f"-- map {m.name}[{', '.join(m.keys)}]: {rows} rows, value {m.value_type}"
-                         + (f" (in {m.value_column} of the rows it shares with {others})" if shared else ""))
+                         + (f" (in {m.value_column} of the rows it shares with {others})" if others else ""))
         shared = []
         for t in e.plan.triggers:
             products, made = shared_products_of(e, t.statements)

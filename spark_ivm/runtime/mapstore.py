@@ -122,6 +122,11 @@ class StoreLayout:
         return sum(m.map_id == map_id for m in self.maps) > 1
 
     @property
+    def shares_any_rows(self) -> bool:
+        """Whether any two of the view's maps share rows."""
+        return len({m.map_id for m in self.maps}) < len(self.maps)
+
+    @property
     def value_columns(self) -> tuple[tuple[str, str], ...]:
         seen: dict[str, str] = {}
         for m in self.maps:

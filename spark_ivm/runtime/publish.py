@@ -30,7 +30,7 @@ from spark_ivm.runtime.run import COLLECT_SETTINGS, session_settings
 from spark_ivm.runtime.sqlgen import quote
 from spark_ivm.runtime.viewsql import (
     PROPERTY_FORM, PROPERTY_MAPS, PROPERTY_VERSION, ROWS, STORE, TOP, held_maps_sql, inlinable, literal_rows_sql,
-    map_columns, maps_sql, merged_maps, output_columns, read_view_sql, rows_view_sql, sorted_rows, view_maps,
+    map_columns, maps_sql, merged_maps, output_columns, read_view_sql, rows_view_sql, sorted_rows, view_map_ids,
 )
 
 log = logging.getLogger("spark_ivm")
@@ -252,7 +252,7 @@ def _int(value, default=None):
 
 def increment_rows(frame, entry, limit: int | None = None) -> list[tuple]:
     """The rows of the view's maps among store rows (a DataFrame), raw in map_columns order; at most `limit`."""
-    ids = ", ".join(str(i) for i in dict.fromkeys(m.map_id for m in view_maps(entry)))
+    ids = ", ".join(map(str, view_map_ids(entry)))
     rows = frame.where(f"map_id IN ({ids})").selectExpr(*(c.raw(c.name) for c in map_columns(entry)))
     return [tuple(r) for r in (rows if limit is None else rows.limit(limit)).collect()]
 
@@ -262,7 +262,7 @@ def _compact_maps_sql(entry, maps_at: str) -> str:
     columns = map_columns(entry)
     keys = [c for c in columns if not c.name.startswith("v_")]
     values = [c for c in columns if c.name.startswith("v_")]
-    ids = ", ".join(str(i) for i in dict.fromkeys(m.map_id for m in view_maps(entry)))
+    ids = ", ".join(map(str, view_map_ids(entry)))
     select = [c.raw(c.name) for c in keys] + [f"SUM({c.name})" for c in values]
     live = " OR ".join(f"COALESCE(SUM({c.name}), 0) <> 0" for c in values) or "FALSE"
     return (f"SELECT {', '.join(select)} FROM ({maps_at}) AS m WHERE map_id IN ({ids}) "

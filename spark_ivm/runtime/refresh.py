@@ -48,7 +48,7 @@ from spark_ivm.runtime.view_work import (
     progress_rows, refresh_failure, relations_of, statements_of, written_key_columns, written_keys,
 )
 from spark_ivm.runtime.publish import increment_rows
-from spark_ivm.runtime.viewsql import PROPERTY_MAPS, view_maps
+from spark_ivm.runtime.viewsql import PROPERTY_MAPS, view_map_ids
 
 log = logging.getLogger("spark_ivm")
 
@@ -550,7 +550,7 @@ class StoreRefresh:
 
     def _store_rows(self, run: RefreshRun, entry) -> str:
         """The store's rows of the view's maps as of the pinned version."""
-        ids = list(dict.fromkeys(m.map_id for m in view_maps(entry)))
+        ids = view_map_ids(entry)
         return f"(SELECT * FROM {run.store_rows(self.store, ids)} WHERE map_id IN ({', '.join(map(str, ids))}))"
 
 

@@ -294,6 +294,11 @@ def view_maps(entry) -> list[StoredMap]:
     return [entry.layout.map(f"{prefix}_{a.name}") for a in entry.plan.query.aggregates]
 
 
+def view_map_ids(entry) -> list[int]:
+    """The map_ids of the maps the view reads, each once (maps that share rows share one)."""
+    return list(dict.fromkeys(m.map_id for m in view_maps(entry)))
+
+
 def map_columns(entry) -> list[Column]:
     """The store columns the view's SQL reads: map_id, the keys of its maps and their value columns."""
     layout = entry.layout
