@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+import crash_chains as crash_chains_module  # tests/ is on the path of conftest.py
+
 _db_counter = itertools.count(1)
 
 
@@ -24,6 +26,27 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "spark" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.spark)
+    # The crash chains run in the background from the first test on (crash_chains.py): the pure-Python
+    # tests first, beside them, then those with Spark or processes of their own, and last the crash tests,
+    # which read the chains' outcome. Otherwise in the order collected.
+    items.sort(key=lambda item: 2 if Path(str(item.fspath)).name == crash_chains_module.MODULE
+               else 1 if item.get_closest_marker("spark") or item.get_closest_marker("runtime") else 0)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def crash_chains(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest):
+    """The chains of test_crash_resume.py, started with the session's first test when any of its chain
+    tests is selected (None otherwise); workers still running when the session ends are killed."""
+    items = request.session.items
+    steps = [s for s in crash_chains_module.crash_steps() if s in crash_chains_module.selected(items, "step")]
+    ddl = bool(crash_chains_module.selected(items, "stage"))
+    if not (steps or ddl):
+        yield None
+        return
+    chains = crash_chains_module.Chains()
+    chains.start(steps, ddl, tmp_path_factory.mktemp("crash_chains"))
+    yield chains
+    chains.stop()
 
 
 @pytest.fixture(scope="session")

@@ -14,8 +14,9 @@ one Spark process per step plus one, instead of two per step):
    further REFRESH is "up to date"; then it changes both tables again and runs REFRESH → exit 17;
 3. and so on; the last process verifies the last step and exits 0.
 
-The chains run once in a module fixture, both at the same time (a worker keeps about one of the two
-cores busy); every parametrized test checks its own step's outcome.
+The chains run once, both at the same time, in the background from the session's first test on (a worker
+keeps about one of the two cores busy; see crash_chains.py and conftest.py); every parametrized test checks
+its own step's outcome.
 
 A second chain (``crash_worker.py ddl --stage N``, on a warehouse of its own) kills CREATE, REFRESH … FULL,
 a compacting REFRESH and DROP at their crash points (``crash_worker.DDL_STAGES``; the points are
@@ -28,96 +29,25 @@ Nothing here is skipped; the module carries the `runtime` marker (select it with
 
 from __future__ import annotations
 
-import json
-import re
-import subprocess
-import sys
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
-from pathlib import Path
-
 import pytest
 
 # End-to-end (see pyproject.toml): part of ./build.sh test; all runtime suites: ./build.sh test -m runtime
 pytestmark = pytest.mark.runtime
 
 import spark_ivm.runtime.refresh as refresh
-from crash_worker import DB, DDL_STAGES, SHARED, SHARED_STORE  # tests/ is on the path of its test modules
+# tests/ is on the path of its test modules
+from crash_chains import EXPECTED_STEPS, crash_steps
+from crash_worker import DB, DDL_STAGES, SHARED, SHARED_STORE
 
-WORKER = Path(__file__).with_name("crash_worker.py")
-TIMEOUT = 1200  # seconds per subprocess; a session start alone is ~15 s on an idle machine
-EXPECTED_STEPS = {"after_progress", "after_deltas", "before_write", "after_write", "before_view"}
 COMMITTED_STEPS = {"after_write", "before_view"}  # steps after the write, the one commit of a refresh
-
-
-def crash_steps() -> list[str]:
-    source = Path(refresh.__file__).read_text()
-    steps = list(dict.fromkeys(re.findall(r"""crash_point\(\s*["']([A-Za-z0-9_]+)["']\s*\)""", source)))
-    return steps or sorted(EXPECTED_STEPS)
-
-
 STEPS = crash_steps()
 
 
-@dataclass
-class Run:
-    proc: subprocess.CompletedProcess
-
-    def found(self, tag: str) -> dict | None:
-        """The json of the worker's first line `TAG <json>`."""
-        for line in self.proc.stdout.splitlines():
-            if line.startswith(tag + " "):
-                return json.loads(line[len(tag) + 1:])
-        return None
-
-    def log(self) -> str:
-        return (f"\n--- exit {self.proc.returncode}; stdout ---\n{self.proc.stdout[-3000:]}"
-                f"\n--- stderr ---\n{self.proc.stderr[-5000:]}")
-
-
-def run_worker(warehouse: Path, *args: str) -> Run:
-    try:
-        proc = subprocess.run([sys.executable, str(WORKER), str(warehouse), *args],
-                              capture_output=True, text=True, timeout=TIMEOUT, cwd=str(WORKER.parent))
-    except subprocess.TimeoutExpired as exc:
-        proc = subprocess.CompletedProcess(exc.cmd, -1, str(exc.stdout or ""), f"timed out\n{exc.stderr or ''}")
-    return Run(proc)
-
-
-def _selected(request, param: str) -> list:
-    """The values of `param` of this module's selected tests."""
-    return [item.callspec.params[param] for item in request.session.items
-            if getattr(item, "module", None) is request.module and getattr(item, "callspec", None) is not None
-            and param in item.callspec.params]
-
-
 @pytest.fixture(scope="module")
-def chains(request, tmp_path_factory) -> tuple[dict[str, tuple[Run, Run | None]], list[Run]]:
-    """The refresh chain and the DDL chain (below), for the selected tests, run at the same time: a worker
-    process keeps about one of the two cores busy."""
-    steps = [s for s in STEPS if s in _selected(request, "step")]
-    refresh_warehouse = tmp_path_factory.mktemp("crash") / "wh"
-    ddl_warehouse = tmp_path_factory.mktemp("crash_ddl") / "wh"
-    with ThreadPoolExecutor(2) as pool:
-        refreshes = pool.submit(refresh_chain, refresh_warehouse, steps)
-        ddl = pool.submit(ddl_chain, ddl_warehouse) if _selected(request, "stage") else None
-        return refreshes.result(), (ddl.result() if ddl is not None else [])
-
-
-def refresh_chain(warehouse: Path, selected: list[str]) -> dict[str, tuple[Run, Run | None]]:
-    """Step -> (the process that crashed at it, the process that resumed after it), for every
-    selected step, from one chain of processes on one warehouse."""
-    outcome: dict[str, tuple[Run, Run | None]] = {}
-    process = run_worker(warehouse, "setup", "--crash-at", selected[0]) if selected else None
-    for k, step in enumerate(selected):
-        if process.proc.returncode != 17:  # the chain is broken: this step and the later ones fail
-            outcome.update({s: (process, None) for s in selected[k:]})
-            break
-        more = ["--crash-at", selected[k + 1], "--round", str(k + 1)] if k + 1 < len(selected) else []
-        resumed = run_worker(warehouse, "verify", *more)
-        outcome[step] = (process, resumed)
-        process = resumed
-    return outcome
+def chains(crash_chains):
+    """The refresh chain's outcome by step and the DDL chain's runs (see crash_chains.py): started with the
+    session's first test, run beside the others; this module's tests run last (conftest.py)."""
+    return crash_chains.outcome()
 
 
 def test_engine_has_the_documented_crash_points():
@@ -161,15 +91,6 @@ def test_refresh_resumes_after_crash(step, chains):
 # One more chain of processes on a warehouse of its own (crash_worker.py ddl): process N is killed inside
 # the statement of DDL_STAGES[N], process N + 1 runs the statement a user would run next and goes on to
 # be killed at the next stage.
-
-def ddl_chain(warehouse: Path) -> list[Run]:
-    chain = [run_worker(warehouse, "ddl", "--stage", "0")]
-    for stage in range(1, len(DDL_STAGES) + 1):
-        if chain[-1].proc.returncode != 17:  # the chain is broken: the later stages fail
-            break
-        chain.append(run_worker(warehouse, "ddl", "--stage", str(stage)))
-    return chain
-
 
 @pytest.mark.parametrize("stage", range(len(DDL_STAGES)), ids=[f"{k}-{s}" for k, s in DDL_STAGES])
 def test_statement_killed_inside_is_finished_by_the_next(stage, chains):
