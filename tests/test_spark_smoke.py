@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+import uuid
 from pathlib import Path
 
 
@@ -165,3 +166,40 @@ def test_refreshes_of_a_view_reuse_the_code_spark_compiled_for_the_last(spark, f
         compiled.append(metric.getCount() - before)
     assert rows(spark.table("spend")) == rows(spark.sql("SELECT c, SUM(v), COUNT(*) FROM orders GROUP BY c"))
     assert compiled[0] > 0 and max(compiled[2:]) <= compiled[0] // 2, compiled
+
+
+def test_a_source_as_of_a_version_is_read_from_the_files_its_checksum_lists(spark, fresh_db):
+    # A refresh reads a source table as of the versions the product rule gives its statements. From the
+    # files that version's checksum lists, Delta reads them as they are, deletion vectors applied; read by
+    # version, it chooses the files again for every query that scans the table (a Spark job each).
+    from spark_ivm.runtime.run import RefreshRun
+
+    spark.sql("CREATE TABLE src (k INT, v STRING) USING delta TBLPROPERTIES ('delta.enableDeletionVectors' = 'true')")
+    spark.sql("INSERT INTO src SELECT id, CAST(id AS STRING) FROM range(500)")
+    spark.sql("DELETE FROM src WHERE k % 3 = 0")  # a deletion vector on the file
+    spark.sql("INSERT INTO src VALUES (1000, NULL), (1001, 'x')")
+    spark.sql("UPDATE src SET v = 'y' WHERE k = 1001")
+    table = f"{fresh_db}.src"
+    with RefreshRun(spark) as run:
+        run.look_up([table])
+        latest = run.version(table)
+        for version in range(1, latest + 1):
+            view = run.pinned(table, version)
+            plan = spark.table(view)._jdf.queryExecution().executedPlan().toString()
+            assert "TahoeBatchFileIndex" in plan, plan
+            expected = spark.read.format("delta").option("versionAsOf", version).table(table)
+            assert rows(spark.table(view)) == rows(expected)
+            expected.createOrReplaceTempView("by_version")
+            assert _jobs(spark, f"SELECT COUNT(*) FROM {view} WHERE k > 10") < _jobs(
+                spark, "SELECT COUNT(*) FROM by_version WHERE k > 10")
+
+
+def _jobs(spark, sql: str) -> int:
+    """The Spark jobs a query runs."""
+    group = f"jobs_{uuid.uuid4().hex}"
+    spark.sparkContext.setJobGroup(group, "counted")
+    try:
+        spark.sql(sql).collect()
+    finally:
+        spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)
+    return len(spark.sparkContext.statusTracker().getJobIdsForGroup(group))

@@ -300,6 +300,26 @@ class DeltaLogs:
             return self._frame(snapshot, listed.toList())
         return self._frame(snapshot, [listed.apply(i) for i in kept])
 
+    def version_frame(self, snapshot: TableSnapshot, version: int):
+        """A DataFrame of the table's rows as of `version` (at most the snapshot's), from the files that
+        version's checksum lists; None when it lists none, or the version's log is gone.
+
+        Reading the version by name (or `versionAsOf`) makes Delta choose the files anew for every query
+        that reads it, a Spark job each ("Filtering files for query"); a frame over the listed files is read
+        as it is, deletion vectors applied."""
+        delta_log, latest, meta = snapshot.handle
+        if version != snapshot.version:
+            option = self.spark._jvm.scala.Option
+            try:
+                latest = delta_log.getSnapshotAt(version, option.empty(), option.apply(meta), False)
+            except Exception:  # the version's commits are gone (log cleanup): read the table by name
+                return None
+        checksum = latest.checksumOpt()
+        listed = checksum.get().allFiles() if checksum.isDefined() else None
+        if listed is None or not listed.isDefined():
+            return None
+        return self._frame(snapshot, listed.get().toList(), latest)
+
     def listed_files(self, snapshot: TableSnapshot, keep=None) -> list[dict] | None:
         """The AddFile actions (as Python values) the snapshot's checksum lists, of those only the files
         `keep(statistics)` holds for (as read_files); None when it does not list them."""
@@ -326,12 +346,14 @@ class DeltaLogs:
         listed = checksum.get().allFiles() if checksum.isDefined() else self.spark._jvm.scala.Option.empty()
         return listed.get() if listed.isDefined() else None
 
-    def _frame(self, snapshot: TableSnapshot, files):
-        """A DataFrame of the rows of the snapshot's files `files` (a Python list or a Scala list of AddFile)."""
+    def _frame(self, snapshot: TableSnapshot, files, jsnapshot=None):
+        """A DataFrame of the rows of the snapshot's files `files` (a Python list or a Scala list of AddFile);
+        jsnapshot: the JVM snapshot of an older version of the table they are files of."""
         from pyspark.sql import DataFrame
 
         jvm = self.spark._jvm
-        delta_log, jsnapshot, _ = snapshot.handle
+        delta_log, latest, _ = snapshot.handle
+        jsnapshot = latest if jsnapshot is None else jsnapshot
         if isinstance(files, list):
             files = jvm.scala.jdk.javaapi.CollectionConverters.asScala(files).toList()
         return DataFrame(delta_log.createDataFrame(jsnapshot, files, False, jvm.scala.Option.empty()), self.spark)

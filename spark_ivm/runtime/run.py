@@ -292,10 +292,18 @@ class RefreshRun:
         for the table's latest version, Delta's cached snapshot of it)."""
         key = (table, version)
         if key not in self.pins:
-            reader = self.spark.read.format("delta")
-            if version is not None:
-                reader = reader.option("versionAsOf", version)
-            self.pins[key] = self.register(reader.table(table))
+            # The files the version's checksum lists, where the run has the table's snapshot: Delta would
+            # otherwise choose them anew, a Spark job for each query that reads the table.
+            snapshot = self.snapshots.get(table) or self.store_snapshots.get(table)
+            frame = (self.logs.version_frame(snapshot, version)
+                     if snapshot is not None and snapshot.handle is not None and version is not None
+                     and version <= snapshot.version else None)
+            if frame is None:
+                reader = self.spark.read.format("delta")
+                if version is not None:
+                    reader = reader.option("versionAsOf", version)
+                frame = reader.table(table)
+            self.pins[key] = self.register(frame)
         return self.pins[key]
 
     # -- batches ---------------------------------------------------------------------------------------------
