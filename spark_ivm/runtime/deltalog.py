@@ -307,18 +307,18 @@ class DeltaLogs:
         Reading the version by name (or `versionAsOf`) makes Delta choose the files anew for every query
         that reads it, a Spark job each ("Filtering files for query"); a frame over the listed files is read
         as it is, deletion vectors applied."""
-        delta_log, latest, meta = snapshot.handle
+        delta_log, at_version, meta = snapshot.handle
         if version != snapshot.version:
             option = self.spark._jvm.scala.Option
             try:
-                latest = delta_log.getSnapshotAt(version, option.empty(), option.apply(meta), False)
+                at_version = delta_log.getSnapshotAt(version, option.empty(), option.apply(meta), False)
             except Exception:  # the version's commits are gone (log cleanup): read the table by name
                 return None
-        checksum = latest.checksumOpt()
+        checksum = at_version.checksumOpt()
         listed = checksum.get().allFiles() if checksum.isDefined() else None
         if listed is None or not listed.isDefined():
             return None
-        return self._frame(snapshot, listed.get().toList(), latest)
+        return self._frame(snapshot, listed.get().toList(), at_version)
 
     def listed_files(self, snapshot: TableSnapshot, keep=None) -> list[dict] | None:
         """The AddFile actions (as Python values) the snapshot's checksum lists, of those only the files

@@ -288,8 +288,8 @@ class RefreshRun:
 
     def pinned(self, table: str, version: int | None = None) -> str:
         """A temporary view of the table as of a version (None: as it is). Every statement that reads the
-        table reads the view, so Delta resolves that version's snapshot once, not once per reference (and
-        for the table's latest version, Delta's cached snapshot of it)."""
+        table reads the view, so Delta resolves that version's snapshot once, not once per reference, and
+        where that version's checksum lists its files, reads them as listed."""
         key = (table, version)
         if key not in self.pins:
             # The files the version's checksum lists, where the run has the table's snapshot: Delta would
