@@ -21,7 +21,7 @@ import spark_ivm.runtime.refresh as refresh
 from crash_worker import DDL_STAGES
 
 WORKER = Path(__file__).with_name("crash_worker.py")
-TIMEOUT = 1200  # seconds per subprocess; a session start alone is ~15 s on an idle machine
+TIMEOUT = 1200  # seconds per subprocess: far above a worker's few statements, even on a loaded machine
 EXPECTED_STEPS = {"after_progress", "after_deltas", "before_write", "after_write", "before_view"}
 MODULE = "test_crash_resume.py"
 

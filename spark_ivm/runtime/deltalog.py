@@ -314,11 +314,8 @@ class DeltaLogs:
                 at_version = delta_log.getSnapshotAt(version, option.empty(), option.apply(meta), False)
             except Exception:  # the version's commits are gone (log cleanup): read the table by name
                 return None
-        checksum = at_version.checksumOpt()
-        listed = checksum.get().allFiles() if checksum.isDefined() else None
-        if listed is None or not listed.isDefined():
-            return None
-        return self._frame(snapshot, listed.get().toList(), at_version)
+        listed = self._listed_files(snapshot, at_version)
+        return None if listed is None else self._frame(snapshot, listed.toList(), at_version)
 
     def listed_files(self, snapshot: TableSnapshot, keep=None) -> list[dict] | None:
         """The AddFile actions (as Python values) the snapshot's checksum lists, of those only the files
@@ -340,9 +337,10 @@ class DeltaLogs:
         return FileSubset(files, self._frame(snapshot, files), sum(counts[i] or 0 for i in chosen),
                           sum(n or 0 for n in counts))
 
-    def _listed_files(self, snapshot: TableSnapshot):
-        """The AddFiles the snapshot's checksum lists (a Scala sequence); None when it lists none."""
-        checksum = snapshot.handle[1].checksumOpt()
+    def _listed_files(self, snapshot: TableSnapshot, jsnapshot=None):
+        """The AddFiles the snapshot's checksum lists (a Scala sequence); None when it lists none. jsnapshot:
+        the JVM snapshot of an older version of the table, whose checksum to read instead."""
+        checksum = (snapshot.handle[1] if jsnapshot is None else jsnapshot).checksumOpt()
         listed = checksum.get().allFiles() if checksum.isDefined() else self.spark._jvm.scala.Option.empty()
         return listed.get() if listed.isDefined() else None
 
