@@ -31,7 +31,7 @@ from spark_ivm.heuristics import default_depth_plan, reads_source_once
 from spark_ivm.runtime import sources as source_tables
 from spark_ivm.runtime.catalog_format import ViewEntry, entry_from_json, entry_to_json
 from spark_ivm.runtime.build import write_maps
-from spark_ivm.runtime.deltalog import DeltaLogs
+from spark_ivm.runtime.deltalog import DeltaLogs, TableSnapshot
 from spark_ivm.runtime.locks import StatementLocks
 from spark_ivm.runtime.mapstore import SEQUENCE_ID, StoreColumns, live_rows_sql
 from spark_ivm.runtime.publish import ViewForms
@@ -313,16 +313,16 @@ class Engine:
         relation_tables = {r: qualified[_schema_key(r, qualified)] for r in query.relations}
         source_list = sorted(set(relation_tables.values()))
 
-        def checked_version(table: str) -> tuple[int, int, str]:
+        def checked_version(table: str) -> tuple[int, int, TableSnapshot | None]:
             size = source_tables.check_delta_source(self.spark, table)  # may turn the feed on: a new version
             if self.logs.available:
                 snapshot = self.logs.snapshot(table)
-                return snapshot.version, size, snapshot.table_id
-            return source_tables.current_version(self.spark, table), size, ""
+                return snapshot.version, size, snapshot
+            return source_tables.current_version(self.spark, table), size, None
 
         looked_up = dict(zip(source_list, parallel(self.spark, checked_version, source_list)))
         versions = {t: version for t, (version, _, _) in looked_up.items()}
-        ids = {t: table_id for t, (_, _, table_id) in looked_up.items() if table_id}
+        ids = {t: snapshot.table_id for t, (_, _, snapshot) in looked_up.items() if snapshot and snapshot.table_id}
         output_types = [[f.name, f.dataType.simpleString()] for f in _query_schema(self.spark, positioned_sql)]
         names = [n.lower() for n, _ in output_types]
         repeated = sorted({n for n in names if names.count(n) > 1})
@@ -335,7 +335,10 @@ class Engine:
         with RefreshRun(self.spark, self.logs) as run:
             references = Counter(relation_tables[a.name] for m in plan.maps for a in m.definition.walk()
                                  if isinstance(a, Rel))
-            for table, (version, size, _) in looked_up.items():
+            for table, (version, size, snapshot) in looked_up.items():
+                if snapshot is not None:
+                    # The maps read each source from the files its checksum lists (RefreshRun.pinned).
+                    run.snapshots[table] = snapshot
                 if reads_source_once(references[table], size):
                     run.read_source_once(table, version)
             members = [e for e in self._store_members(store, entries) if e.name != name]
