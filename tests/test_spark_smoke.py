@@ -174,7 +174,8 @@ def test_a_source_as_of_a_version_is_read_from_the_files_its_checksum_lists(spar
     # version, it chooses the files again for every query that scans the table (a Spark job each).
     from spark_ivm.runtime.run import RefreshRun
 
-    spark.sql("CREATE TABLE src (k INT, v STRING) USING delta TBLPROPERTIES ('delta.enableDeletionVectors' = 'true')")
+    spark.sql("CREATE TABLE src (k INT NOT NULL, v STRING) USING delta "
+              "TBLPROPERTIES ('delta.enableDeletionVectors' = 'true')")
     spark.sql("INSERT INTO src SELECT id, CAST(id AS STRING) FROM range(500)")
     spark.sql("DELETE FROM src WHERE k % 3 = 0")  # a deletion vector on the file
     spark.sql("INSERT INTO src VALUES (1000, NULL), (1001, 'x')")
@@ -189,6 +190,12 @@ def test_a_source_as_of_a_version_is_read_from_the_files_its_checksum_lists(spar
             assert "TahoeBatchFileIndex" in plan, plan
             expected = spark.read.format("delta").option("versionAsOf", version).table(table)
             assert rows(spark.table(view)) == rows(expected)
+            assert spark.table(view).schema == expected.schema  # k stays NOT NULL
+            # Files without deletion vectors (version 1's) are read as Parquet files: Delta's format would
+            # look for deletion vectors again whenever a query reading them is planned.
+            scan = spark.table(view)._jdf.queryExecution().optimizedPlan().collectLeaves().head()
+            file_format = scan.relation().fileFormat().getClass().getSimpleName()
+            assert file_format == ("ParquetFileFormat" if version == 1 else "DeltaParquetFileFormat"), file_format
             expected.createOrReplaceTempView("by_version")
             assert _jobs(spark, f"SELECT COUNT(*) FROM {view} WHERE k > 10") < _jobs(
                 spark, "SELECT COUNT(*) FROM by_version WHERE k > 10")

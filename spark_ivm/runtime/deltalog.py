@@ -39,6 +39,8 @@ _CONFLICTS = ("ConcurrentAppendException", "ConcurrentDeleteReadException", "Con
 # The session catalog's errors for a table or database that does not exist (as PySpark names them, and as
 # the JVM does).
 _MISSING = ("[TABLE_OR_VIEW_NOT_FOUND]", "[SCHEMA_NOT_FOUND]", "NoSuchTableException", "NoSuchDatabaseException")
+# Reader features under which a data file without a deletion vector holds its rows as plain Parquet.
+_PLAIN_READER_FEATURES = frozenset({"deletionVectors", "timestampNtz", "v2Checkpoint", "vacuumProtocolCheck"})
 
 
 class ConcurrentCommitError(IVMError):
@@ -315,7 +317,7 @@ class DeltaLogs:
             except Exception:  # the version's commits are gone (log cleanup): read the table by name
                 return None
         listed = self._listed_files(snapshot, at_version)
-        return None if listed is None else self._frame(snapshot, listed.toList(), at_version)
+        return None if listed is None else self._frame(snapshot, listed.toList(), at_version, plain=True)
 
     def listed_files(self, snapshot: TableSnapshot, keep=None) -> list[dict] | None:
         """The AddFile actions (as Python values) the snapshot's checksum lists, of those only the files
@@ -344,7 +346,7 @@ class DeltaLogs:
         listed = checksum.get().allFiles() if checksum.isDefined() else self.spark._jvm.scala.Option.empty()
         return listed.get() if listed.isDefined() else None
 
-    def _frame(self, snapshot: TableSnapshot, files, jsnapshot=None):
+    def _frame(self, snapshot: TableSnapshot, files, jsnapshot=None, plain: bool = False):
         """A DataFrame of the rows of the snapshot's files `files` (a Python list or a Scala list of AddFile);
         jsnapshot: the JVM snapshot of an older version of the table they are files of."""
         from pyspark.sql import DataFrame
@@ -354,7 +356,42 @@ class DeltaLogs:
         jsnapshot = latest if jsnapshot is None else jsnapshot
         if isinstance(files, list):
             files = jvm.scala.jdk.javaapi.CollectionConverters.asScala(files).toList()
-        return DataFrame(delta_log.createDataFrame(jsnapshot, files, False, jvm.scala.Option.empty()), self.spark)
+        jdf = delta_log.createDataFrame(jsnapshot, files, False, jvm.scala.Option.empty())
+        if plain and self._plain_parquet(jsnapshot, files):
+            jdf = self._parquet_scan(jdf)
+        return DataFrame(jdf, self.spark)
+
+    def _plain_parquet(self, jsnapshot, files) -> bool:
+        """Whether the files hold the table's rows as plain Parquet files do: no deletion vector, no partition
+        columns, no column mapping or other reader feature that changes what a file's rows are."""
+        protocol = self.as_python(jsnapshot.protocol())
+        if protocol.get("minReaderVersion", 1) > 1 and not set(protocol.get("readerFeatures") or ()) <= _PLAIN_READER_FEATURES:
+            return False
+        metadata = jsnapshot.metadata()
+        if not metadata.partitionColumns().isEmpty():
+            return False
+        if self.as_python(metadata.configuration()).get("delta.columnMapping.mode", "none") != "none":
+            return False
+        return not any(a.get("deletionVector") for a in self.as_python(files))
+
+    def _parquet_scan(self, jdf):
+        """The DataFrame of Delta's scan of a list of files (DeltaLog.createDataFrame), its files read by
+        Spark's Parquet format instead of Delta's.
+
+        Delta's format marks the scan for its deletion-vector rule, which builds and collects a DataFrame of
+        the file list on the driver each time a query that reads the scan is planned, to find that no file
+        has a deletion vector; the files, schema (with its NOT NULL columns) and statistics stay as Delta
+        gave them."""
+        jvm = self.spark._jvm
+        scan = jdf.queryExecution().logical()
+        if not scan.getClass().getName().endswith(".LogicalRelation"):  # no files: Delta gives empty rows
+            return jdf
+        relation = scan.relation()
+        parquet = jvm.org.apache.spark.sql.execution.datasources.parquet.ParquetFileFormat()
+        relation = relation.copy(relation.location(), relation.partitionSchema(), relation.dataSchema(),
+                                 relation.bucketSpec(), parquet, relation.options(), self._js)
+        scan = scan.copy(relation, scan.output(), scan.catalogTable(), scan.isStreaming(), scan.stream())
+        return jvm.org.apache.spark.sql.classic.Dataset.ofRows(self._js, scan)
 
     # -- writes --------------------------------------------------------------------------------------------
     def append(self, snapshot: TableSnapshot, df, user_metadata: str, held: bool = False) -> Written:
