@@ -365,14 +365,10 @@ class DeltaLogs:
         """Whether the files hold the table's rows as plain Parquet files do: no deletion vector, no partition
         columns, no column mapping or other reader feature that changes what a file's rows are."""
         protocol = self.as_python(jsnapshot.protocol())
-        if protocol.get("minReaderVersion", 1) > 1 and not set(protocol.get("readerFeatures") or ()) <= _PLAIN_READER_FEATURES:
+        features = set(protocol.get("readerFeatures") or ())
+        if protocol.get("minReaderVersion", 1) > 1 and not features <= _PLAIN_READER_FEATURES:
             return False
-        metadata = jsnapshot.metadata()
-        if not metadata.partitionColumns().isEmpty():
-            return False
-        if self.as_python(metadata.configuration()).get("delta.columnMapping.mode", "none") != "none":
-            return False
-        return not any(a.get("deletionVector") for a in self.as_python(files))
+        return driver_files.plain_layout(jsnapshot) and not any(a.get("deletionVector") for a in self.as_python(files))
 
     def _parquet_scan(self, jdf):
         """The DataFrame of Delta's scan of a list of files (DeltaLog.createDataFrame), its files read by

@@ -110,10 +110,15 @@ def _stat(value):
 
 
 def readable(snapshot) -> bool:
-    """Whether the table's files hold its columns under their own names, on this machine's file system
-    (not partitioned, no column mapping)."""
-    metadata = json.loads(snapshot.handle[1].metadata().json())["metaData"]
-    return (local_folder(snapshot.location) is not None and not metadata.get("partitionColumns")
+    """Whether the table's files hold its columns under their own names, on this machine's file system."""
+    return local_folder(snapshot.location) is not None and plain_layout(snapshot.handle[1])
+
+
+def plain_layout(jsnapshot) -> bool:
+    """Whether the files of a JVM snapshot of a table hold its columns under their own names: not
+    partitioned, no column mapping."""
+    metadata = json.loads(jsnapshot.metadata().json())["metaData"]
+    return (not metadata.get("partitionColumns")
             and (metadata.get("configuration") or {}).get("delta.columnMapping.mode", "none") == "none")
 
 
