@@ -38,11 +38,16 @@ Materialize = Callable[[Expr], MapRef]
 
 
 def extract_aggregates(e: Expr, materialize: Materialize, bound: tuple[str, ...] = (),
-                       key_filters: bool = True) -> Expr:
+                       key_filters: bool = True, lifted: bool = False) -> Expr:
     """key_filters: filters of the monomial's keys by constants move into the maps too (see
-    `_push_into_maps`)."""
+    `_push_into_maps`). lifted: e is the value of a lift, whose aggregates that hold nested ones may
+    become maps whole (see `_nested_aggregate_map`)."""
     if isinstance(e, Sum):
-        return sum_(*(extract_aggregates(t, materialize, bound, key_filters) for t in e.terms))
+        return sum_(*(extract_aggregates(t, materialize, bound, key_filters, lifted) for t in e.terms))
+    if lifted and _nested_aggregate_map(e):
+        ref = materialize(e)
+        if isinstance(ref, MapRef):
+            return ref
     if isinstance(e, AggSum):
         body = _extract_monomial(factors_of(e.expr), set(e.group) | set(bound), materialize, bound, key_filters,
                                  summed=True)
@@ -121,7 +126,7 @@ def _split_once(component, linking: set[str], needed: set[str]):
 def _extract_within(f: Expr, materialize: Materialize, bound: tuple[str, ...], key_filters: bool) -> Expr:
     """The factor with the aggregates inside it extracted (the factor itself stays a factor)."""
     if isinstance(f, Lift):
-        return lift(f.var, extract_aggregates(f.expr, materialize, bound, key_filters))
+        return lift(f.var, extract_aggregates(f.expr, materialize, bound, key_filters, lifted=True))
     if isinstance(f, Exists):
         return exists(extract_aggregates(f.expr, materialize, bound, key_filters))
     if isinstance(f, (Cmp, Fn)):
@@ -129,6 +134,18 @@ def _extract_within(f: Expr, materialize: Materialize, bound: tuple[str, ...], k
             extract_aggregates(c, materialize, bound, key_filters) if reads_database(c) or has_delta(c) else c
             for c in f.children()))
     return extract_aggregates(f, materialize, bound, key_filters)
+
+
+def _nested_aggregate_map(e: Expr) -> bool:
+    """A lifted value kept as one map of its own: an aggregate of the database alone (no batch, no
+    outer variable) keyed by columns of its relations, that holds nested aggregates. Its statements
+    then read one value per key instead of re-evaluating the nested aggregates over every row of its
+    relations per affected key. Keys that are computed values (q15's revenue) stay extracted: a map
+    keyed by them would be as large as what it aggregates."""
+    if not isinstance(e, AggSum) or has_delta(e) or reads_maps(e) or ivars(e) or not reads_database(e):
+        return False
+    columns = {v for f in factors_of(e.expr) if isinstance(f, Rel) for v in f.vars}
+    return set(e.group) <= columns and any(is_nested(f) and reads_database(f) for f in factors_of(e.expr))
 
 
 def _push_into_maps(batch_side: list[Expr], database_side: list[Expr], visible: set[str], key_filters: bool):

@@ -18,7 +18,7 @@ from spark_ivm.bench.tpch import SCHEMAS as DDL
 from spark_ivm.bench.tpch import _split_columns, read_query
 from spark_ivm.calculus.analysis import map_names, reads_database
 from spark_ivm.calculus.evaluator import Database, apply_batch, evaluate_map, initial_maps
-from spark_ivm.calculus.expressions import Cmp, Const, Fn, Rel, Var
+from spark_ivm.calculus.expressions import Cmp, Const, Fn, Lift, Rel, Var
 from spark_ivm.heuristics import MAX_TRIGGER_STATEMENTS, default_depth_plan, statement_count
 
 QUERIES = [f"q{n}" for n in range(1, 23)]
@@ -87,6 +87,24 @@ def test_maps_take_in_the_filters_of_their_keys_unless_that_takes_more_maps():
     q7 = compile_view(read_query("q7").sql, SCHEMAS)
     assert statement_count(q7) <= MAX_TRIGGER_STATEMENTS
     assert key_filters_in_maps(2, 2) and not key_filters_in_maps(3, 1)
+
+
+def test_a_lifted_aggregate_that_nests_aggregates_is_kept_as_a_map_of_its_own():
+    """Q20's count per supplier of its qualifying partsupps (a sum over partsupp that nests per-part and
+    per-(part, supplier) aggregates) is one map keyed by the supplier: supplier and nation batches look
+    it up at their keys instead of re-evaluating the nested aggregates, and partsupp, part and lineitem
+    batches maintain it. Q15's revenue, a computed value, keys no map of its own."""
+    q20 = compile_view(read_query("q20").sql, SCHEMAS)
+    (m,) = [m for m in q20.maps if m.keys == ("s_suppkey",) and "partsupp" in {
+        x.name for x in m.definition.walk() if isinstance(x, Rel)}]
+    assert any(isinstance(x, Lift) and reads_database(x) for x in m.definition.walk())
+    for relation in ("supplier", "nation"):
+        (view,) = [s for s in q20.trigger(relation).statements if s.target == "q_count"]
+        assert f"(z4 ^= {m.name}[s_suppkey])" in str(view.expr), relation
+    maintained = {t.relation for t in q20.triggers for s in t.statements if s.target == m.name}
+    assert maintained == {"partsupp", "part", "lineitem"}
+    q15 = compile_view(read_query("q15").sql, SCHEMAS)
+    assert not [m for m in q15.maps if m.level > 0 and any(k.startswith("revenue") for k in m.keys)]
 
 
 # ---------------------------------------------------------------------------------------------------
