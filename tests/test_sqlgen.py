@@ -352,6 +352,34 @@ def test_generated_sql_of_tpch_plans_equals_the_reference_evaluator(name, runtim
     assert not failures, "\n".join(failures[:5])
 
 
+def test_statements_that_differ_only_by_what_they_sum_share_their_stages():
+    """Q17's count, sum of prices and count of non-NULL prices under a lineitem batch re-evaluate the same
+    average per part: the rows before each nested part are one stage for the three statements (the price
+    and its NULL test weigh the rows after the nested parts); only the stage that joins each statement's
+    own map of quantities differs."""
+    from test_tpch_compile import SCHEMAS as TPCH
+
+    from spark_ivm.bench.tpch import read_query
+
+    plan = compile_view(read_query("q17").sql, TPCH)
+    keys = {m.name: m.keys for m in plan.maps}
+    made: dict[str, list[str]] = {}
+
+    def stage(sql: str) -> str:
+        made.setdefault(sql, []).append(statement.target)
+        return f"stage{list(made).index(sql)}"
+
+    sources = Sources(relation=quote, delta=lambda r: f"delta_{r}", map=lambda m: f"map_{m}",
+                      columns=lambda r: TPCH[r], map_keys=lambda m: keys[m], stage=stage)
+    statements = [s for s in plan.trigger("lineitem").statements if s.target in ("q_count", "q_sum_1", "q_nn_1")]
+    assert len(statements) == 3
+    for statement in statements:
+        statement_sql(statement.expr, statement.keys, sources)
+    shared = [sql for sql, users in made.items() if set(users) == {"q_count", "q_sum_1", "q_nn_1"}]
+    own = [sql for sql, users in made.items() if len(set(users)) == 1]
+    assert len(shared) == 2 and len(own) == 3 and len(made) == 5
+
+
 # -- join order of statements a batch drives -----------------------------------------------------------------
 
 def test_a_batch_drives_its_statement_joins_without_cross_joins():
