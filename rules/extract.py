@@ -5,8 +5,10 @@ connected components; each component becomes a map `m[k]` keyed by the variables
 rest of the monomial (the batch's variables, the group variables, variables compared with the
 batch). A nested factor (the lift of a scalar subquery's aggregate, an existence test) stays where it
 is and has its own aggregates extracted, keyed by its correlation variables: the nested aggregate is a
-map looked up per outer binding. Values and filters that only mention a component's variables move into that component, so
-maps hold pre-filtered, pre-multiplied sums. Inside an AggSum, a component whose relations share a
+map looked up per outer binding; a lifted aggregate that holds nested aggregates of its own and sums
+the database alone becomes one map whole (see `_nested_aggregate_map`). Values and filters that only
+mention a component's variables move into that component, so maps hold pre-filtered, pre-multiplied
+sums. Inside an AggSum, a component whose relations share a
 summed variable that would make its map a product of theirs is split at that variable (the policy is
 heuristics.splits_map_at). `materialize` turns a definition `AggSum(k, …)` into a
 map reference (creating or reusing a map): this rule is mechanism, the compiler decides the names.
