@@ -47,7 +47,8 @@ from typing import Callable, Sequence
 from spark_ivm.calculus import functions
 from spark_ivm.calculus.analysis import all_vars, factors_of, join_order, ovars
 from spark_ivm.calculus.expressions import (
-    FLIPPED_CMP, AggSum, Cmp, Const, DeltaRel, Exists, Expr, Fn, Lift, MapRef, Prod, Rel, Sum, Var, aggsum, lift, prod,
+    FLIPPED_CMP, NULL, AggSum, Cmp, Const, DeltaRel, Exists, Expr, Fn, Lift, MapRef, Prod, Rel, Sum, Var, aggsum, lift,
+    prod,
 )
 from spark_ivm.errors import UnsupportedQueryError
 
@@ -282,9 +283,8 @@ def _weighs_only(f: Expr, nested: set[str]) -> bool:
     """A value multiplied into the rows' `__v`, or the test that a summed value is not NULL (a variable no
     nested part of the product reads): it binds nothing and hardly narrows the rows."""
     if isinstance(f, Cmp):
-        return (f.op == "is not" and isinstance(f.left, Var) and f.left.name not in nested
-                and isinstance(f.right, Const) and f.right.value is None)
-    return is_pure(f) and not isinstance(f, Lift)
+        return f.op == "is not" and f.right == NULL and isinstance(f.left, Var) and f.left.name not in nested
+    return is_pure(f)
 
 
 def _mentioning(v: str, factors: Sequence[Expr]) -> list[Expr]:
@@ -408,9 +408,9 @@ class SqlGen:
         # What only weighs the rows goes last, after the nested parts: the stage a nested part makes of
         # the rows so far is then the same for statements that differ only by what they sum (TPC-H Q17's
         # count, sum and count of non-NULL values), and the runtime computes it once for all of them.
-        nested = {v for f in factors if not (is_pure(f) or isinstance(f, (Rel, DeltaRel, MapRef))) for v in all_vars(f)}
-        last = [f for f in ordered if _weighs_only(f, nested)]
-        for f in [f for f in ordered if not any(f is g for g in last)] + last:
+        nested = {v for f in factors if not (is_pure(f) or isinstance(f, (Rel, DeltaRel, MapRef)))
+                  for v in all_vars(f)}
+        for f in sorted(ordered, key=lambda f: _weighs_only(f, nested)):  # stable: the join order otherwise
             self._factor(f, scope)
         return _Select(scope.sql(), tuple(scope.columns))
 
