@@ -133,7 +133,8 @@ SPLIT_MIN_RELATIONS = _threshold(
 
 def splits_map_at(relations_joined: int, keyed_parts: int) -> bool:
     """Whether a map is split at a summed variable that joins `relations_joined` of its relations into
-    parts of which `keyed_parts` hold keys of the map."""
+    parts of which `keyed_parts` hold keys of the map. More keyed parts never turn a split down, so the
+    compiler asks first with as many keyed parts as the map has factors, before it computes the parts."""
     return relations_joined >= SPLIT_MIN_RELATIONS and keyed_parts >= 2
 
 

@@ -79,12 +79,17 @@ def fresh_db(spark, request: pytest.FixtureRequest) -> str:
 def vacuum_change_feed(spark, table: str) -> None:
     """VACUUM the table with no retention, so that the change data files of its versions are gone (the test
     fails if VACUUM kept them: it would not test what it says)."""
-    key = "spark.databricks.delta.retentionDurationCheck.enabled"
-    spark.conf.set(key, "false")
+    # Delta lists the table's folders in as many tasks as this parallelism (10,000 by default): most of a
+    # VACUUM's time on a small local table.
+    settings = {"spark.databricks.delta.retentionDurationCheck.enabled": "false",
+                "spark.sql.sources.parallelPartitionDiscovery.parallelism": "2"}
+    for key, value in settings.items():
+        spark.conf.set(key, value)
     try:
         spark.sql(f"VACUUM {table} RETAIN 0 HOURS")
     finally:
-        spark.conf.unset(key)
+        for key in settings:
+            spark.conf.unset(key)
     location = spark.sql(f"DESCRIBE DETAIL {table}").collect()[0]["location"].removeprefix("file:")
     cdc = Path(location) / "_change_data"
     kept = [p for p in cdc.rglob("*") if p.is_file()] if cdc.exists() else []

@@ -292,6 +292,7 @@ def test_compare_as_bags_ignores_order():
 
 # -- the benchmark itself, on Spark ----------------------------------------------------------------------
 @pytest.mark.runtime
+@pytest.mark.on_demand  # a Spark process of its own and TPC-H generated: minutes; each benchmark run does as much
 def test_bench_smoke(tmp_path):
     """SF 0.01, one round, q6 (and q2, to see a missing query reported, not fatal)."""
     out = tmp_path / "results"

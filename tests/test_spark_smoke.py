@@ -8,6 +8,7 @@ import textwrap
 import uuid
 from pathlib import Path
 
+import pytest
 
 
 def rows(df) -> set[tuple]:
@@ -101,6 +102,7 @@ def _child(warehouse: Path, mode: str) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.on_demand  # two Spark processes of its own; in CI the crash chains resume views in new processes
 def test_tables_and_views_persist_across_processes(spark, spark_warehouse, tmp_path):
     """A table and a view made by one process are there for the next process that
     uses the same warehouse (Hive metastore in embedded Derby, inside the warehouse).

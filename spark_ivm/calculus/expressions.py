@@ -16,7 +16,7 @@ SQL arithmetic `+`, `-`, `/` on values are the functions `Fn('+')` … (they pro
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Iterable, Iterator
 
 __all__ = [
@@ -29,6 +29,23 @@ __all__ = [
 CMP_OPS = ("=", "!=", "<", "<=", ">", ">=", "is", "is not")
 NEGATED_CMP = {"=": "!=", "!=": "=", "<": ">=", ">=": "<", ">": "<=", "<=": ">", "is": "is not", "is not": "is"}
 FLIPPED_CMP = {"=": "=", "!=": "!=", "<": ">", ">": "<", "<=": ">=", ">=": "<=", "is": "is", "is not": "is not"}
+
+
+def _hash_once(cls):
+    """Cache a composite node's hash in its `_hash` slot: expressions are immutable, and the rules hash
+    the same large trees again and again (dict keys, lru_caches, sets of factors), which otherwise walks
+    the whole tree every time."""
+    computed = cls.__hash__
+
+    def __hash__(self) -> int:
+        h = self._hash
+        if h == -1:  # a hash is never -1 in CPython
+            h = computed(self)
+            object.__setattr__(self, "_hash", h)
+        return h
+
+    cls.__hash__ = __hash__
+    return cls
 
 
 class Expr:
@@ -74,12 +91,14 @@ class Var(Expr):
         return f"Var({self.name!r})"
 
 
+@_hash_once
 @dataclass(frozen=True, slots=True)
 class Fn(Expr):
     """A deterministic function of values: SQL arithmetic (+ - / %), CASE, LIKE, built-ins."""
 
     name: str
     args: tuple[Expr, ...]
+    _hash: int = field(default=-1, init=False, repr=False, compare=False)
 
     def children(self):
         return self.args
@@ -88,9 +107,11 @@ class Fn(Expr):
         return fn(self.name, *children)
 
 
+@_hash_once
 @dataclass(frozen=True, slots=True)
 class Sum(Expr):
     terms: tuple[Expr, ...]
+    _hash: int = field(default=-1, init=False, repr=False, compare=False)
 
     def children(self):
         return self.terms
@@ -99,9 +120,11 @@ class Sum(Expr):
         return sum_(*children)
 
 
+@_hash_once
 @dataclass(frozen=True, slots=True)
 class Prod(Expr):
     factors: tuple[Expr, ...]
+    _hash: int = field(default=-1, init=False, repr=False, compare=False)
 
     def children(self):
         return self.factors
@@ -126,6 +149,7 @@ class DeltaRel(Expr):
     vars: tuple[str, ...]
 
 
+@_hash_once
 @dataclass(frozen=True, slots=True)
 class Cmp(Expr):
     """A comparison of two values: 1 when it holds, else 0. NULL makes every op but `is`/`is not` 0."""
@@ -133,6 +157,7 @@ class Cmp(Expr):
     op: str
     left: Expr
     right: Expr
+    _hash: int = field(default=-1, init=False, repr=False, compare=False)
 
     def children(self):
         return (self.left, self.right)
@@ -141,12 +166,14 @@ class Cmp(Expr):
         return cmp(self.op, *children)
 
 
+@_hash_once
 @dataclass(frozen=True, slots=True)
 class Lift(Expr):
     """`(var ^= expr)`: binds var to the value of expr, or tests equality when var is already bound."""
 
     var: str
     expr: Expr
+    _hash: int = field(default=-1, init=False, repr=False, compare=False)
 
     def children(self):
         return (self.expr,)
@@ -155,12 +182,14 @@ class Lift(Expr):
         return lift(self.var, children[0])
 
 
+@_hash_once
 @dataclass(frozen=True, slots=True)
 class AggSum(Expr):
     """Sum of expr's values grouped by `group` (its only output variables)."""
 
     group: tuple[str, ...]
     expr: Expr
+    _hash: int = field(default=-1, init=False, repr=False, compare=False)
 
     def children(self):
         return (self.expr,)
@@ -169,11 +198,13 @@ class AggSum(Expr):
         return aggsum(self.group, children[0])
 
 
+@_hash_once
 @dataclass(frozen=True, slots=True)
 class Exists(Expr):
     """1 for each output binding of expr whose value is non-zero."""
 
     expr: Expr
+    _hash: int = field(default=-1, init=False, repr=False, compare=False)
 
     def children(self):
         return (self.expr,)
