@@ -53,9 +53,9 @@ def connected_components(factors, linking: set[str]) -> list[list[Expr]]:
 
 
 def variable_links(factors) -> tuple[tuple[tuple[str, ...], tuple[int, ...]], ...]:
-    """Per factor, the variables it mentions and the earlier-or-later factors it must stay with (the
-    first binder of each variable it reads): what `components_of` needs, computed once for callers
-    that group the same factors by several sets of linking variables."""
+    """Per factor, the variables it mentions and the factors it must stay with (the first binder of
+    each variable it reads): what `components_of` needs, computed once by callers that group the same
+    factors by several sets of linking variables."""
     binder: dict[str, int] = {}
     for i, f in enumerate(factors):
         for v in ovars(f):

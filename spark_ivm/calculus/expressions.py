@@ -16,7 +16,7 @@ SQL arithmetic `+`, `-`, `/` on values are the functions `Fn('+')` … (they pro
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Iterable, Iterator
 
 __all__ = [
@@ -34,8 +34,10 @@ FLIPPED_CMP = {"=": "=", "!=": "!=", "<": ">", ">": "<", "<=": ">=", ">=": "<=",
 def _hash_once(cls):
     """Cache a composite node's hash in its `_hash` slot: expressions are immutable, and the rules hash
     the same large trees again and again (dict keys, lru_caches, sets of factors), which otherwise walks
-    the whole tree every time."""
+    the whole tree every time. A copy or an unpickled node is built again through its constructor, so it
+    never carries a hash computed in another process (string hashes differ between processes)."""
     computed = cls.__hash__
+    arguments = [f.name for f in fields(cls) if f.init]
 
     def __hash__(self) -> int:
         h = self._hash
@@ -44,7 +46,11 @@ def _hash_once(cls):
             object.__setattr__(self, "_hash", h)
         return h
 
+    def __reduce__(self):
+        return cls, tuple(getattr(self, name) for name in arguments)
+
     cls.__hash__ = __hash__
+    cls.__reduce__ = __reduce__
     return cls
 
 
