@@ -32,7 +32,7 @@ from spark_ivm.calculus.expressions import (
 )
 from spark_ivm.heuristics import splits_map_at
 
-from .factorize import components_of, connected_components, variable_links
+from .factorize import connected_components
 
 __all__ = ["extract_aggregates"]
 
@@ -117,12 +117,10 @@ def _split_once(component, linking: set[str], needed: set[str]):
     """(variable, parts) of the first split the policy takes, or None."""
     joined = {v: sum(1 for f in component if isinstance(f, Rel) and v in f.vars)
               for f in component for v in all_vars(f) if v in linking}
-    links = None
     for var in sorted(joined, key=lambda v: -joined[v]):
         if not splits_map_at(joined[var], len(component)):
             continue  # not split there even if every factor were a keyed part of its own
-        links = links or variable_links(component)
-        parts = components_of(component, links, linking - {var})
+        parts = connected_components(component, linking - {var})
         keyed = sum(1 for p in parts if any(v in needed for f in p for v in all_vars(f)))
         if len(parts) > 1 and splits_map_at(joined[var], keyed):
             return var, parts

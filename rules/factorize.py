@@ -49,22 +49,6 @@ def connected_components(factors, linking: set[str]) -> list[list[Expr]]:
     A factor that reads a variable bound by another factor (a filter, a value, a lift's body) always
     stays with that factor: apart from it, the variable would be unbound.
     """
-    return components_of(factors, variable_links(factors), linking)
-
-
-def variable_links(factors) -> tuple[tuple[tuple[str, ...], tuple[int, ...]], ...]:
-    """Per factor, the variables it mentions and the factors it must stay with (the first binder of
-    each variable it reads): what `components_of` needs, computed once by callers that group the same
-    factors by several sets of linking variables."""
-    binder: dict[str, int] = {}
-    for i, f in enumerate(factors):
-        for v in ovars(f):
-            binder.setdefault(v, i)
-    return tuple((all_vars(f), tuple(binder[v] for v in ivars(f) if v in binder)) for f in factors)
-
-
-def components_of(factors, links, linking: set[str]) -> list[list[Expr]]:
-    """`connected_components` of factors whose `variable_links` are given."""
     parent = list(range(len(factors)))
 
     def find(i: int) -> int:
@@ -74,17 +58,22 @@ def components_of(factors, links, linking: set[str]) -> list[list[Expr]]:
         return i
 
     owner: dict[str, int] = {}
-    for i, (mentioned, _) in enumerate(links):
-        for v in mentioned:
+    for i, f in enumerate(factors):
+        for v in all_vars(f):
             if v not in linking:
                 continue
             if v in owner:
                 parent[find(i)] = find(owner[v])
             else:
                 owner[v] = i
-    for i, (_, binders) in enumerate(links):
-        for b in binders:
-            parent[find(i)] = find(b)
+    binder = {}
+    for i, f in enumerate(factors):
+        for v in ovars(f):
+            binder.setdefault(v, i)
+    for i, f in enumerate(factors):
+        for v in ivars(f):
+            if v in binder:
+                parent[find(i)] = find(binder[v])
     groups: dict[int, list[Expr]] = {}
     for i, f in enumerate(factors):
         groups.setdefault(find(i), []).append(f)

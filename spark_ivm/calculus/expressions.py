@@ -16,7 +16,7 @@ SQL arithmetic `+`, `-`, `/` on values are the functions `Fn('+')` … (they pro
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass
 from typing import Iterable, Iterator
 
 __all__ = [
@@ -32,25 +32,21 @@ FLIPPED_CMP = {"=": "=", "!=": "!=", "<": ">", ">": "<", "<=": ">=", ">=": "<=",
 
 
 def _hash_once(cls):
-    """Cache a composite node's hash in its `_hash` slot: expressions are immutable, and the rules hash
-    the same large trees again and again (dict keys, lru_caches, sets of factors), which otherwise walks
-    the whole tree every time. A copy or an unpickled node is built again through its constructor, so it
-    never carries a hash computed in another process (string hashes differ between processes)."""
+    """Cache a composite node's hash in the `_hash` slot of `_Composite`: expressions are immutable, and
+    the rules hash the same large trees again and again (dict keys, lru_caches, sets of factors), which
+    otherwise walks the whole tree every time. The slot is not a dataclass field, so copies and pickles,
+    which carry the fields only, never carry a hash computed in another process."""
     computed = cls.__hash__
-    arguments = [f.name for f in fields(cls) if f.init]
 
     def __hash__(self) -> int:
-        h = self._hash
-        if h == -1:  # a hash is never -1 in CPython
+        try:
+            return self._hash
+        except AttributeError:
             h = computed(self)
             object.__setattr__(self, "_hash", h)
-        return h
-
-    def __reduce__(self):
-        return cls, tuple(getattr(self, name) for name in arguments)
+            return h
 
     cls.__hash__ = __hash__
-    cls.__reduce__ = __reduce__
     return cls
 
 
@@ -77,6 +73,12 @@ class Expr:
             yield from c.walk()
 
 
+class _Composite(Expr):
+    """A node with children, whose hash `_hash_once` keeps."""
+
+    __slots__ = ("_hash",)
+
+
 @dataclass(frozen=True, slots=True)
 class Const(Expr):
     """A constant value: number, Decimal, string, date, bool or None (SQL NULL)."""
@@ -99,12 +101,11 @@ class Var(Expr):
 
 @_hash_once
 @dataclass(frozen=True, slots=True)
-class Fn(Expr):
+class Fn(_Composite):
     """A deterministic function of values: SQL arithmetic (+ - / %), CASE, LIKE, built-ins."""
 
     name: str
     args: tuple[Expr, ...]
-    _hash: int = field(default=-1, init=False, repr=False, compare=False)
 
     def children(self):
         return self.args
@@ -115,9 +116,8 @@ class Fn(Expr):
 
 @_hash_once
 @dataclass(frozen=True, slots=True)
-class Sum(Expr):
+class Sum(_Composite):
     terms: tuple[Expr, ...]
-    _hash: int = field(default=-1, init=False, repr=False, compare=False)
 
     def children(self):
         return self.terms
@@ -128,9 +128,8 @@ class Sum(Expr):
 
 @_hash_once
 @dataclass(frozen=True, slots=True)
-class Prod(Expr):
+class Prod(_Composite):
     factors: tuple[Expr, ...]
-    _hash: int = field(default=-1, init=False, repr=False, compare=False)
 
     def children(self):
         return self.factors
@@ -157,13 +156,12 @@ class DeltaRel(Expr):
 
 @_hash_once
 @dataclass(frozen=True, slots=True)
-class Cmp(Expr):
+class Cmp(_Composite):
     """A comparison of two values: 1 when it holds, else 0. NULL makes every op but `is`/`is not` 0."""
 
     op: str
     left: Expr
     right: Expr
-    _hash: int = field(default=-1, init=False, repr=False, compare=False)
 
     def children(self):
         return (self.left, self.right)
@@ -174,12 +172,11 @@ class Cmp(Expr):
 
 @_hash_once
 @dataclass(frozen=True, slots=True)
-class Lift(Expr):
+class Lift(_Composite):
     """`(var ^= expr)`: binds var to the value of expr, or tests equality when var is already bound."""
 
     var: str
     expr: Expr
-    _hash: int = field(default=-1, init=False, repr=False, compare=False)
 
     def children(self):
         return (self.expr,)
@@ -190,12 +187,11 @@ class Lift(Expr):
 
 @_hash_once
 @dataclass(frozen=True, slots=True)
-class AggSum(Expr):
+class AggSum(_Composite):
     """Sum of expr's values grouped by `group` (its only output variables)."""
 
     group: tuple[str, ...]
     expr: Expr
-    _hash: int = field(default=-1, init=False, repr=False, compare=False)
 
     def children(self):
         return (self.expr,)
@@ -206,11 +202,10 @@ class AggSum(Expr):
 
 @_hash_once
 @dataclass(frozen=True, slots=True)
-class Exists(Expr):
+class Exists(_Composite):
     """1 for each output binding of expr whose value is non-zero."""
 
     expr: Expr
-    _hash: int = field(default=-1, init=False, repr=False, compare=False)
 
     def children(self):
         return (self.expr,)
