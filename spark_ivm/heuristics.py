@@ -187,12 +187,18 @@ SHARED_SOURCE_READ_MAX_BYTES = _threshold(
     "SHARED_SOURCE_READ_MAX_BYTES", 32 * 1024 * 1024,
     "CREATE reads a source table its maps refer to twice or more once, into a checkpoint, when it holds at "
     "most this many bytes on disk.")
+# Nor below a size: the checkpoint is a Spark job of its own, and a few scans of a small file in the maps'
+# query cost less.
+SHARED_SOURCE_READ_MIN_BYTES = _threshold(
+    "SHARED_SOURCE_READ_MIN_BYTES", 1024 * 1024,
+    "CREATE reads a source table of fewer bytes on disk where it is, however often its maps refer to it.")
 
 
 def reads_source_once(references: int, size_bytes: int) -> bool:
     """Whether creating a view whose maps refer `references` times to a source table of `size_bytes`
     reads it once."""
-    return references >= SHARED_STORE_READ_MIN_REFERENCES and size_bytes <= SHARED_SOURCE_READ_MAX_BYTES
+    return (references >= SHARED_STORE_READ_MIN_REFERENCES
+            and SHARED_SOURCE_READ_MIN_BYTES <= size_bytes <= SHARED_SOURCE_READ_MAX_BYTES)
 
 
 # The rows of a refresh are the size of its batches, not of the data.

@@ -11,7 +11,7 @@ from decimal import Decimal
 import pyarrow as pa
 
 from spark_ivm.runtime.key_conditions import (
-    AllOf, AnyOf, HoldsValue, KeyIn, KeyRange, MapIs, all_of, any_of, key_values, map_conditions,
+    AllOf, AnyOf, HoldsValue, KeyIn, KeyRange, MapIs, OtherMaps, all_of, any_of, key_values, map_conditions,
 )
 
 TYPES = {"map_id": pa.int32(), "k_a": pa.int64(), "k_d": pa.date32(), "k_s": pa.string(), "k_m": pa.decimal128(10, 2),
@@ -127,6 +127,18 @@ def _random_condition(rng, depth=0):
         return KeyRange("k_m", Decimal("0.5"), Decimal("2.25")) if rng.random() < 0.7 else HoldsValue("v_bigint__2")
     terms = [_random_condition(rng, depth + 1) for _ in range(rng.randint(2, 3))]
     return all_of(*terms) if pick == 4 else any_of(*terms)
+
+
+def test_rows_of_other_maps_are_ruled_out_only_where_a_file_holds_no_id_but_these():
+    others = OtherMaps((-2, -1, 0, 1, 3))
+    assert str(others) == "map_id NOT IN (-2, -1, 0, 1, 3)"
+    assert not others.could_hold(_stats(-1, 1, column="map_id"))
+    assert others.could_hold(_stats(1, 3, column="map_id"))  # 2 may be there
+    assert others.could_hold(_stats(0, 4, column="map_id"))
+    assert others.could_hold(_stats(-2**31, 3, column="map_id"))  # a range wider than the ids
+    assert others.could_hold({"numRecords": 10}) and others.could_hold(None)
+    table = pa.Table.from_pylist([{"map_id": i} for i in (-2, 0, 2, 3, 4)], schema=pa.schema([("map_id", pa.int32())]))
+    assert table.filter(others.arrow(TYPES)).column("map_id").to_pylist() == [2, 4]
 
 
 def test_the_arrow_filter_keeps_the_rows_sql_keeps():

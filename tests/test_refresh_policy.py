@@ -10,8 +10,8 @@ from spark_ivm import compile_view
 from spark_ivm.calculus.analysis import map_key_bindings, map_key_links
 from spark_ivm.calculus.expressions import aggsum, cmp, delta_rel, exists, lift, map_ref, prod, rel, sum_, var
 from spark_ivm.heuristics import (
-    DEFAULT_CHECKPOINT_PARTITIONS, LISTED_BATCH_ROWS_MAX, SHARED_SOURCE_READ_MAX_BYTES, checkpoint_partitions,
-    lists_batch_values, reads_source_once, reads_store_once,
+    DEFAULT_CHECKPOINT_PARTITIONS, LISTED_BATCH_ROWS_MAX, SHARED_SOURCE_READ_MAX_BYTES, SHARED_SOURCE_READ_MIN_BYTES,
+    checkpoint_partitions, lists_batch_values, reads_source_once, reads_store_once,
 )
 from spark_ivm.runtime.mapstore import union_sql
 from spark_ivm.runtime.refresh import _batch_alone
@@ -76,8 +76,10 @@ def test_a_union_of_increments_is_read_in_as_many_tasks_as_a_checkpoint():
 
 
 def test_creating_a_view_reads_a_small_source_once_when_its_maps_refer_to_it_twice():
-    assert not reads_source_once(1, 1000)
-    assert reads_source_once(2, 1000)
+    assert not reads_source_once(1, 2_000_000)
+    assert reads_source_once(2, 2_000_000)
+    assert not reads_source_once(9, SHARED_SOURCE_READ_MIN_BYTES - 1)  # a few scans cost less than a job
+    assert reads_source_once(9, SHARED_SOURCE_READ_MIN_BYTES)
     assert reads_source_once(9, SHARED_SOURCE_READ_MAX_BYTES)
     assert not reads_source_once(9, SHARED_SOURCE_READ_MAX_BYTES + 1)
 

@@ -398,6 +398,12 @@ class DeltaLogs:
         table allows it, they are written from there without a Spark job (see driver_files)."""
         return self._write(snapshot, df, user_metadata, overwrite=False, held=held)
 
+    def append_rows(self, snapshot: TableSnapshot, rows: list[tuple], user_metadata: str) -> Written:
+        """Append rows the driver holds (tuples in the table's column order and types; the table must be
+        driver_files.writable) as one file it writes, without a Spark job. The rows do not depend on the
+        table's, so the commit lands beside other appends made after `snapshot`, as INSERT does."""
+        return self._write(snapshot, None, user_metadata, overwrite=False, rows=rows)
+
     def overwrite(self, snapshot: TableSnapshot, df, user_metadata: str, replacing: FileSubset | None = None
                   ) -> Written:
         """Replace the table's rows as of `snapshot` (or only those of the files `replacing`) with the
@@ -405,17 +411,24 @@ class DeltaLogs:
         return self._write(snapshot, df, user_metadata, overwrite=True, replacing=replacing)
 
     def _write(self, snapshot: TableSnapshot, df, user_metadata: str, overwrite: bool,
-               replacing: FileSubset | None = None, held: bool = False) -> Written:
+               replacing: FileSubset | None = None, held: bool = False, rows: list[tuple] | None = None
+               ) -> Written:
+        """The write of append or overwrite; `rows`: instead of the DataFrame, rows the driver writes, in a
+        commit that reads nothing of the table (see append_rows)."""
         jvm = self.spark._jvm
         delta_log, jsnapshot, meta = snapshot.handle
         option = jvm.scala.Option
         txn = delta_log.startTransaction(option.apply(meta), option.apply(jsnapshot))
-        txn.readWholeTable()
-        # A transaction writes the rows' own types: cast them to the table's, as INSERT does.
-        df = df.selectExpr(*(f"CAST(`{c.replace('`', '``')}` AS {t}) AS `{c.replace('`', '``')}`" for c, t in snapshot.columns))
+        if rows is None:
+            txn.readWholeTable()
+            # A transaction writes the rows' own types: cast them to the table's, as INSERT does.
+            df = df.selectExpr(*(f"CAST(`{c.replace('`', '``')}` AS {t}) AS `{c.replace('`', '``')}`"
+                                 for c, t in snapshot.columns))
         if held and not overwrite and driver_files.writable(snapshot):
             # A projection of a local relation: Spark computes it while planning, no job.
-            add = driver_files.write_file(snapshot, [tuple(r) for r in df.collect()])
+            rows = [tuple(r) for r in df.collect()]
+        if rows is not None:
+            add = driver_files.write_file(snapshot, rows)
             action = getattr(getattr(jvm.org.apache.spark.sql.delta.actions, "Action$"), "MODULE$").fromJson(add)
             files = jvm.scala.jdk.javaapi.CollectionConverters.asScala([action]).toList()
         else:

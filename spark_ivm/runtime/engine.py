@@ -17,7 +17,7 @@ import time
 import uuid
 from collections import Counter
 
-from spark_ivm import config, udfs
+from spark_ivm import config, heuristics, udfs
 from spark_ivm.calculus.analysis import map_names
 from spark_ivm.calculus.expressions import Rel
 from spark_ivm.calculus.printer import to_text
@@ -28,10 +28,12 @@ from spark_ivm.errors import (
 )
 from spark_ivm.frontend.translate import translate
 from spark_ivm.heuristics import default_depth_plan, reads_source_once
+from spark_ivm.runtime import driver_files
 from spark_ivm.runtime import sources as source_tables
 from spark_ivm.runtime.catalog_format import ViewEntry, entry_from_json, entry_to_json
 from spark_ivm.runtime.build import write_maps
 from spark_ivm.runtime.deltalog import DeltaLogs, TableSnapshot
+from spark_ivm.runtime.key_conditions import OtherMaps
 from spark_ivm.runtime.locks import StatementLocks
 from spark_ivm.runtime.mapstore import SEQUENCE_ID, StoreColumns, live_rows_sql
 from spark_ivm.runtime.publish import ViewForms
@@ -47,6 +49,7 @@ log = logging.getLogger("spark_ivm")
 __all__ = ["COMPACT_CONF", "Engine", "ViewEntry", "read_view_sql"]
 
 COMPACT_CONF = config.COMPACT_EVERY.key
+CATALOG_COLUMNS = ["name", "sql", "entry", "created_at"]  # the catalog table's, in order
 
 
 class Engine:
@@ -110,8 +113,8 @@ class Engine:
         return config.CATALOG.get(self.spark)
 
     # -- catalog -------------------------------------------------------------------------------------
-    # A row per view. `entry` holds the view's entry as JSON (catalog_format), `sql` its query as written,
-    # for people. Entries were pickled before format 1: the column keeps its name and STRING type, so
+    # A row per view (CATALOG_COLUMNS). `entry` holds the view's entry as JSON (catalog_format), `sql` its
+    # query as written, for people. Entries were pickled before format 1: the column keeps its name and STRING type, so
     # an existing catalog needs no migration, and an old row is told from a new one by its content.
     def _ensure_catalog(self) -> None:
         self.spark.sql(
@@ -172,18 +175,26 @@ class Engine:
     def _save_entry(self, e: ViewEntry, new: bool = False) -> None:
         self._ensure_catalog()
         self._cache[e.name] = e
-        row = self.spark.createDataFrame([(e.name, e.sql, entry_to_json(e), e.created_at)],
-                                         "name STRING, sql STRING, entry STRING, created_at DOUBLE")
+        values = (e.name, e.sql, entry_to_json(e), e.created_at)
+
+        def row():
+            return self.spark.createDataFrame([values], "name STRING, sql STRING, entry STRING, created_at DOUBLE")
+
         if new:  # an append is a cheaper commit than a MERGE
             tag = f"spark_ivm entry {uuid.uuid4().hex}"
             listed = self._listed
-            row.write.format("delta").mode("append").option("userMetadata", tag).saveAsTable(self.catalog_table)
+            snapshot = self.logs.snapshot(self.catalog_table) if self.logs.available else None
+            if snapshot is not None and [c for c, _ in snapshot.columns] == CATALOG_COLUMNS \
+                    and driver_files.writable(snapshot):
+                self.logs.append_rows(snapshot, [values], tag)  # written by the driver: no Spark job
+            else:
+                row().write.format("delta").mode("append").option("userMetadata", tag).saveAsTable(self.catalog_table)
             # The append is the listing's next commit unless another process wrote in between: then the
             # next listing finds another version or tag there and reads the catalog.
             self._listed = ((self.catalog_table, listed[0][1] + 1, tag), listed[1] + [e]) if listed else None
             return
         self._listed = None
-        row.createOrReplaceTempView("__ivm_entry")
+        row().createOrReplaceTempView("__ivm_entry")
         self.spark.sql(
             f"MERGE INTO {self.catalog_table} t USING __ivm_entry s ON t.name = s.name "
             f"WHEN MATCHED THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *")
@@ -260,15 +271,30 @@ class Engine:
                 self.spark.sql(f"DROP TABLE IF EXISTS {store}")
                 found.append(f"the map store {store}")
             else:
-                kept = ", ".join(map(str, [i for e in members for i in e.layout.map_ids] + [SEQUENCE_ID]))
-                if self.spark.sql(f"SELECT 1 FROM {store} WHERE map_id NOT IN ({kept}) LIMIT 1").collect():
-                    self.spark.sql(f"DELETE FROM {store} WHERE map_id NOT IN ({kept})")
+                others = OtherMaps(tuple(sorted({i for e in members for i in e.layout.map_ids} | {SEQUENCE_ID})))
+                if self._may_hold(store, others) and \
+                        self.spark.sql(f"SELECT 1 FROM {store} WHERE {others} LIMIT 1").collect():
+                    self.spark.sql(f"DELETE FROM {store} WHERE {others}")
                     found.append(f"rows of the map store {store} that belong to none of its views")
         if found:
             message = (f"removing the leftovers of a CREATE of incremental view {name} that did not finish: "
                        f"{', '.join(found)}")
             log.warning(message)
             print(f"spark_ivm: {message}")
+
+    def _may_hold(self, table: str, condition) -> bool:
+        """False where the driver finds that no row of the table holds the condition: from the Delta log,
+        no file the checksum lists has statistics that allow such a row, or the driver reads the few files
+        that do and finds none (driver_files.store_rows). Asking Spark instead makes Delta rebuild the state
+        of the table's latest version (a few jobs), which a store has anew after every commit."""
+        snapshot = self.logs.snapshot(table) if self.logs.available else None
+        if snapshot is None or not driver_files.readable(snapshot):
+            return True
+        files = self.logs.listed_files(snapshot, condition.could_hold)
+        if files is None or sum(int(f.get("size", 0)) for f in files) > heuristics.DRIVER_STORE_BYTES:
+            return files != []
+        # At most no row: None where one holds, or the driver cannot read the files.
+        return driver_files.store_rows(snapshot, files, condition, ["map_id"], max_rows=0) is None
 
     def _is_map_store(self, table: str) -> bool:
         if not self.spark.catalog.tableExists(table):

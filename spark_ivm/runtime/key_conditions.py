@@ -67,6 +67,25 @@ class MapIs(Condition):
 
 
 @dataclass(frozen=True)
+class OtherMaps(Condition):
+    """The rows of maps other than these (and of the store's bookkeeping, unless its id is among them)."""
+    map_ids: tuple[int, ...]
+
+    def sql(self) -> str:
+        return f"map_id NOT IN ({', '.join(map(str, self.map_ids))})"
+
+    def could_hold(self, stats):
+        low, high = _stat_range(stats, "map_id")
+        if low is None:
+            return True
+        # A file's ids span [low, high]: it can hold another map's rows unless every id there is one of these.
+        return high - low + 1 > len(self.map_ids) or any(i not in self.map_ids for i in range(low, high + 1))
+
+    def arrow(self, types):
+        return ~pc.field("map_id").isin(pa.array(self.map_ids, types["map_id"]))
+
+
+@dataclass(frozen=True)
 class HoldsValue(Condition):
     """The rows with a value in this column: where maps share rows (mapstore.StoreLayout.shares_rows),
     the rows of the one map whose value the column holds (NULL there: no row of that map)."""

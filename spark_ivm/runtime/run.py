@@ -552,8 +552,9 @@ _SETTINGS_HELD: dict[tuple[int, str], list] = {}
 
 
 # A collect of the first n rows of a query scans this many of its partitions in its first job (Spark's
-# default, 1, takes a job per partition when the rows are fewer than asked for).
-COLLECT_SETTINGS = {"spark.sql.limit.initialNumPartitions": "1000000"}
+# default, 1, takes a job per partition when the rows are fewer than asked for). Without adaptive execution,
+# which would run each shuffle of the query (the view's rows sum its maps per key) as a job of its own.
+COLLECT_SETTINGS = {"spark.sql.limit.initialNumPartitions": "1000000", "spark.sql.adaptive.enabled": "false"}
 
 
 def store_write_parallelism(spark, read_bytes: int | None) -> tuple[int | None, dict[str, str]]:
