@@ -114,8 +114,9 @@ class Engine:
 
     # -- catalog -------------------------------------------------------------------------------------
     # A row per view (CATALOG_COLUMNS). `entry` holds the view's entry as JSON (catalog_format), `sql` its
-    # query as written, for people. Entries were pickled before format 1: the column keeps its name and STRING type, so
-    # an existing catalog needs no migration, and an old row is told from a new one by its content.
+    # query as written, for people. Entries were pickled before format 1: the column keeps its name and
+    # STRING type, so an existing catalog needs no migration, and an old row is told from a new one by its
+    # content.
     def _ensure_catalog(self) -> None:
         self.spark.sql(
             f"CREATE TABLE IF NOT EXISTS {self.catalog_table} (name STRING, sql STRING, entry STRING, "
@@ -293,7 +294,7 @@ class Engine:
         files = self.logs.listed_files(snapshot, condition.could_hold)
         if files is None or sum(int(f.get("size", 0)) for f in files) > heuristics.DRIVER_STORE_BYTES:
             return files != []
-        # At most no row: None where one holds, or the driver cannot read the files.
+        # max_rows=0: None as soon as one row holds it, or where the driver cannot read the files.
         return driver_files.store_rows(snapshot, files, condition, ["map_id"], max_rows=0) is None
 
     def _is_map_store(self, table: str) -> bool:
