@@ -327,6 +327,19 @@ class DeltaLogs:
             return None
         return [f for f in self.as_python(listed) if keep is None or keep(_stats(f))]
 
+    def rows_on_driver(self, snapshot: TableSnapshot, condition, columns: list[str], max_rows: int):
+        """The table's rows as of the snapshot that the condition (a key_conditions.Condition) holds for,
+        their `columns`, read by the driver (driver_files.store_rows) from the files the checksum lists
+        whose statistics allow such rows: no Spark job. None where the driver does not read them: the
+        files are not listed or not on this machine, weigh more than heuristics.DRIVER_STORE_BYTES, or
+        hold more than max_rows such rows."""
+        if not driver_files.readable(snapshot):
+            return None
+        files = self.listed_files(snapshot, condition.could_hold)
+        if files is None or sum(int(f.get("size", 0)) for f in files) > heuristics.DRIVER_STORE_BYTES:
+            return None
+        return driver_files.store_rows(snapshot, files, condition, columns, max_rows)
+
     def small_files(self, snapshot: TableSnapshot, max_rows: int) -> FileSubset | None:
         """The files of the table's snapshot that hold fewer than max_rows rows each (or say nothing of
         their rows), as the checksum lists them; None when it does not list them."""

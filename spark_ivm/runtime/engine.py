@@ -17,7 +17,7 @@ import time
 import uuid
 from collections import Counter
 
-from spark_ivm import config, heuristics, udfs
+from spark_ivm import config, udfs
 from spark_ivm.calculus.analysis import map_names
 from spark_ivm.calculus.expressions import Rel
 from spark_ivm.calculus.printer import to_text
@@ -284,18 +284,13 @@ class Engine:
             print(f"spark_ivm: {message}")
 
     def _may_hold(self, table: str, condition) -> bool:
-        """False where the driver finds that no row of the table holds the condition: from the Delta log,
-        no file the checksum lists has statistics that allow such a row, or the driver reads the few files
-        that do and finds none (driver_files.store_rows). Asking Spark instead makes Delta rebuild the state
-        of the table's latest version (a few jobs), which a store has anew after every commit."""
+        """False where the driver finds that no row of the table holds the condition (DeltaLogs.rows_on_driver:
+        the Delta log's statistics rule every file out, or the driver reads the few that may and finds none).
+        Asking Spark instead makes Delta rebuild the state of the table's latest version (a few jobs), which
+        a store has anew after every commit."""
         snapshot = self.logs.snapshot(table) if self.logs.available else None
-        if snapshot is None or not driver_files.readable(snapshot):
-            return True
-        files = self.logs.listed_files(snapshot, condition.could_hold)
-        if files is None or sum(int(f.get("size", 0)) for f in files) > heuristics.DRIVER_STORE_BYTES:
-            return files != []
-        # max_rows=0: None as soon as one row holds it, or where the driver cannot read the files.
-        return driver_files.store_rows(snapshot, files, condition, ["map_id"], max_rows=0) is None
+        # max_rows=0: None as soon as one row holds it, or where the driver does not read the files.
+        return snapshot is None or self.logs.rows_on_driver(snapshot, condition, ["map_id"], max_rows=0) is None
 
     def _is_map_store(self, table: str) -> bool:
         if not self.spark.catalog.tableExists(table):

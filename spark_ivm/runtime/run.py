@@ -248,16 +248,12 @@ class RefreshRun:
 
     def _store_on_driver(self, table: str, where: Condition, columns: list[str] | None = None):
         """The store's rows (their `columns`, all when None) as of its pinned version that the condition
-        holds for, read by the driver (driver_files.store_rows) from the files whose statistics allow such
-        rows; None where the driver does not read them."""
+        holds for, read by the driver (DeltaLogs.rows_on_driver); None where the driver does not read them."""
         snapshot = self.store_snapshots.get(table)
-        if snapshot is None or not driver_files.readable(snapshot):
+        if snapshot is None:
             return None
-        files = self.logs.listed_files(snapshot, where.could_hold)
-        if files is None or sum(int(f.get("size", 0)) for f in files) > heuristics.DRIVER_STORE_BYTES:
-            return None
-        return driver_files.store_rows(snapshot, files, where, columns or [c for c, _ in snapshot.columns],
-                                       heuristics.DRIVER_STORE_ROWS)
+        return self.logs.rows_on_driver(snapshot, where, columns or [c for c, _ in snapshot.columns],
+                                        heuristics.DRIVER_STORE_ROWS)
 
     def store_rows(self, table: str, map_ids=None) -> str:
         """A temporary view of the store's rows as of its pinned version: from the files its Delta checksum
