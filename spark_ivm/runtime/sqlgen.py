@@ -262,8 +262,9 @@ class _Scope:
         self.weights = [f"{alias}.{VALUE}"]
         self.broadcast = alias if broadcast else None
 
-    def sql(self) -> str:
-        cols = [f"{sql} AS {quote(v)}" for v, sql in self.columns.items()]
+    def sql(self, only: "set[str] | None" = None) -> str:
+        """The SELECT; with `only`, a column for only those of the bound variables."""
+        cols = [f"{sql} AS {quote(v)}" for v, sql in self.columns.items() if only is None or v in only]
         weight = " * ".join(self.weights) if self.weights else "1"
         hint = f"/*+ BROADCAST({self.broadcast}) */ " if self.broadcast else ""
         text = f"SELECT {hint}{', '.join(cols + [f'{weight} AS {VALUE}'])}"
@@ -338,7 +339,7 @@ class SqlGen:
     def sums(self, e: Expr, values: Sequence[Expr], keys: Sequence[str]) -> str:
         """SELECT keys…, __v0, __v1, …: per binding of the keys, the sum of e's rows times each value
         (values over e's variables): the aggregates of several statements over one product in one pass."""
-        inner = self.select(e)
+        inner = self.select(e, only={*keys, *(v for x in values for v in all_vars(x))})
         missing = [k for k in (*keys, *(v for x in values for v in all_vars(x))) if k not in inner.outputs]
         if missing:
             raise UnsupportedQueryError(f"variable {missing[0]} not bound by {e}")
@@ -358,7 +359,7 @@ class SqlGen:
     def aggregate(self, e: Expr, keys: Sequence[str], consolidated: bool = True) -> str:
         if isinstance(e, AggSum) and set(e.group) == set(keys):
             e = e.expr  # grouped below anyway
-        inner = self.select(e)
+        inner = self.select(e, only=set(keys))
         missing = [k for k in keys if k not in inner.outputs]
         if missing:
             raise UnsupportedQueryError(f"key {missing[0]} not bound by {e}")
@@ -370,19 +371,22 @@ class SqlGen:
         return (f"SELECT {head}SUM({VALUE}) AS {VALUE} FROM ({inner.sql}) AS agg{group} "
                 f"HAVING SUM({VALUE}) <> 0")
 
-    def select(self, e: Expr, domain: _Domain | None = None) -> _Select:
-        """e's rows: one per binding of the domain's variables and e's output variables, with `__v`."""
+    def select(self, e: Expr, domain: _Domain | None = None, only: set[str] | None = None) -> _Select:
+        """e's rows: one per binding of the domain's variables and e's output variables, with `__v`; with
+        `only`, a product's rows carry only those variables (the others are summed over by the caller)."""
         bound = domain.vars if domain else ()
         if isinstance(e, Sum):
-            outs = bound + tuple(o for o in ovars(e) if o not in bound)
+            outs = bound + tuple(o for o in ovars(e) if o not in bound and (only is None or o in only))
             parts = []
             for t in e.terms:
-                s = self.select(t, domain)
+                s = self.select(t, domain, only)
                 cols = ", ".join(quote(o) if o in s.outputs else f"NULL AS {quote(o)}" for o in outs)
                 parts.append(f"SELECT {cols + ', ' if cols else ''}{VALUE} FROM ({s.sql}) AS u")
             return _Select(" UNION ALL ".join(parts), outs)
         if isinstance(e, AggSum):
-            inner = self.select(e.expr, domain)
+            # The rows summed carry only the variables grouped by: Spark's analysis and optimization of a
+            # statement take time in the number of columns its subqueries carry, and the GROUP BY drops the others.
+            inner = self.select(e.expr, domain, only={*bound, *e.group})
             group = list(bound) + [g for g in e.group if g in inner.outputs and g not in bound]
             cols = ", ".join(quote(g) for g in group)
             sql = (f"SELECT {cols + ', ' if cols else ''}SUM({VALUE}) AS {VALUE} FROM ({inner.sql}) AS a"
@@ -394,9 +398,9 @@ class SqlGen:
             sql = (f"SELECT {cols + ', ' if cols else ''}1 AS {VALUE} FROM ({inner.sql}) AS x"
                    + (f" GROUP BY {cols}" if cols else "") + f" HAVING SUM({VALUE}) <> 0")
             return _Select(sql, inner.outputs)
-        return self._product(factors_of(e), domain)
+        return self._product(factors_of(e), domain, only)
 
-    def _product(self, factors: Sequence[Expr], domain: _Domain | None) -> _Select:
+    def _product(self, factors: Sequence[Expr], domain: _Domain | None, only: set[str] | None = None) -> _Select:
         scope = _Scope()
         if domain is not None:
             alias = self._alias()
@@ -412,7 +416,7 @@ class SqlGen:
                   for v in all_vars(f)}
         for f in sorted(ordered, key=lambda f: _weighs_only(f, nested)):  # stable: the join order otherwise
             self._factor(f, scope)
-        return _Select(scope.sql(), tuple(scope.columns))
+        return _Select(scope.sql(only), tuple(v for v in scope.columns if only is None or v in only))
 
     def _factor(self, f: Expr, scope: _Scope) -> None:
         if isinstance(f, (Rel, DeltaRel)):
