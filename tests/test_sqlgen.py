@@ -464,7 +464,6 @@ def test_nested_values_on_the_same_variables_share_one_stage():
     assert sql.count("SELECT DISTINCT `a` FROM stage1") == 2
 
 
-
 def test_the_rows_a_nested_sum_adds_up_carry_only_the_variables_it_groups_by():
     """Summed per part, a batch of a wide table joined to the parts carries the part and the value, not
     every column of the table: Spark's analysis of a statement takes time in the columns it carries."""
@@ -473,6 +472,7 @@ def test_the_rows_a_nested_sum_adds_up_carry_only_the_variables_it_groups_by():
                       stage=lambda sql: "stage1")  # the stage's own SQL is left out of the statement's
     sql = statement_sql(parse("AggSum([], ΔR(a, b) * (z ^= AggSum([a], S(a, c, d, e) * c)) * {b < z})"), [], sources)
     assert "`c`" in sql and "`d`" not in sql and "`e`" not in sql
+
 
 # -- products shared by the statements of a trigger ----------------------------------------------------------
 

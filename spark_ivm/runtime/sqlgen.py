@@ -262,9 +262,9 @@ class _Scope:
         self.weights = [f"{alias}.{VALUE}"]
         self.broadcast = alias if broadcast else None
 
-    def sql(self, only: "set[str] | None" = None) -> str:
-        """The SELECT; with `only`, a column for only those of the bound variables."""
-        cols = [f"{sql} AS {quote(v)}" for v, sql in self.columns.items() if only is None or v in only]
+    def sql(self, variables: Sequence[str] | None = None) -> str:
+        """The SELECT, with a column per bound variable (or per one of `variables`)."""
+        cols = [f"{self.columns[v]} AS {quote(v)}" for v in (self.columns if variables is None else variables)]
         weight = " * ".join(self.weights) if self.weights else "1"
         hint = f"/*+ BROADCAST({self.broadcast}) */ " if self.broadcast else ""
         text = f"SELECT {hint}{', '.join(cols + [f'{weight} AS {VALUE}'])}"
@@ -339,8 +339,9 @@ class SqlGen:
     def sums(self, e: Expr, values: Sequence[Expr], keys: Sequence[str]) -> str:
         """SELECT keys…, __v0, __v1, …: per binding of the keys, the sum of e's rows times each value
         (values over e's variables): the aggregates of several statements over one product in one pass."""
-        inner = self.select(e, only={*keys, *(v for x in values for v in all_vars(x))})
-        missing = [k for k in (*keys, *(v for x in values for v in all_vars(x))) if k not in inner.outputs]
+        needed = (*keys, *(v for x in values for v in all_vars(x)))
+        inner = self.select(e, only=set(needed))
+        missing = [k for k in needed if k not in inner.outputs]
         if missing:
             raise UnsupportedQueryError(f"variable {missing[0]} not bound by {e}")
         columns = {v: f"p.{quote(v)}" for v in inner.outputs}
@@ -416,7 +417,8 @@ class SqlGen:
                   for v in all_vars(f)}
         for f in sorted(ordered, key=lambda f: _weighs_only(f, nested)):  # stable: the join order otherwise
             self._factor(f, scope)
-        return _Select(scope.sql(only), tuple(v for v in scope.columns if only is None or v in only))
+        kept = tuple(v for v in scope.columns if only is None or v in only)
+        return _Select(scope.sql(kept), kept)
 
     def _factor(self, f: Expr, scope: _Scope) -> None:
         if isinstance(f, (Rel, DeltaRel)):
