@@ -5,6 +5,7 @@ not code paths. `extract_aggregates` is the one rule that needs a callback (to n
 """
 
 from .cancel import cancel
+from .contradictions import drop_contradictions
 from .executor import Batch, FixedPoint, IdempotenceError, NonTerminationError, Once, RuleExecutor
 from .extract import extract_aggregates
 from .factorize import factorize
@@ -15,12 +16,14 @@ from .unify import unify
 
 # Simplification of a delta (or of a definition) before maps are extracted from it.
 SIMPLIFY = (
-    Batch("polynomial normal form", FixedPoint(50), (normalize, split_null_tests, fold_constants, cancel)),
+    Batch("polynomial normal form", FixedPoint(50),
+          (normalize, split_null_tests, fold_constants, drop_contradictions, cancel)),
     Batch("variable elimination", FixedPoint(20), (unify,)),
-    Batch("normal form after elimination", FixedPoint(50), (normalize, fold_constants, cancel)),
+    Batch("normal form after elimination", FixedPoint(50), (normalize, fold_constants, drop_contradictions, cancel)),
 )
 
 __all__ = [
     "SIMPLIFY", "Batch", "FixedPoint", "Once", "RuleExecutor", "NonTerminationError", "IdempotenceError",
-    "cancel", "extract_aggregates", "factorize", "fold_constants", "normalize", "split_null_tests", "unify",
+    "cancel", "drop_contradictions", "extract_aggregates", "factorize", "fold_constants", "normalize",
+    "split_null_tests", "unify",
 ]
