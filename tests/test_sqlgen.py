@@ -25,7 +25,8 @@ from spark_ivm import compile_view
 from spark_ivm.calculus.analysis import map_key_bindings
 from spark_ivm.calculus.evaluator import Database, apply_batch, evaluate_map, initial_maps
 from spark_ivm.calculus.parser import parse
-from spark_ivm.runtime.fused import Fused, fuse, fused_sql
+from spark_ivm.compiler.plan import Statement
+from spark_ivm.runtime.fused import Fused, fused_sql, trigger_items
 from spark_ivm.runtime.key_conditions import map_conditions
 from spark_ivm.runtime.sqlgen import (
     MULTIPLICITY, VALUE, Sources, quote, shared_products, statement_sql, with_shared,
@@ -166,28 +167,45 @@ def same(got: dict, want: dict) -> bool:
 def expressions(plan, sources: Sources, runtime_form: bool = False):
     """(label, expr, keys, when, SQL) of every map definition and statement; `when` says which state the
     expression reads: "now" (definitions), "batch" (`+=`, before the batch) or "after" (`:=`). In the
-    runtime's form a trigger's statements share the products they have in common (shared_products), and
-    its `+=` statements read each map only at the keys the batch fixes (at_batch_keys)."""
+    runtime's form a trigger's statements are fused (term by term where a statement has several) and share
+    the products they have in common, as trigger_items makes them, and its `+=` statements read each map
+    only at the keys the batch fixes (at_batch_keys): a statement's SQL sums its pieces."""
     out = [(f"map {m.name}", m.definition, m.keys, "now", lambda m=m: statement_sql(m.definition, m.keys, sources))
            for m in plan.maps]
     for t in plan.triggers:
-        shared, made = shared_products(t.statements, exact=lambda m: True) if runtime_form else ({}, t.statements)
+        shared, items = trigger_items(t.statements, exact=lambda m: True) if runtime_form else ({}, t.statements)
         # The `:=` statements are checked after the batch, when this database holds no batch to bound by.
         before = with_shared(at_batch_keys(sources, t.statements) if runtime_form else sources, shared)
         after = with_shared(sources, shared)
-        original = dict(zip(map(id, made), t.statements))
-        for i, item in enumerate(fuse(made) if runtime_form else made):
+        pieces: dict[str, list] = {}  # a statement's target -> the SQL of each of its pieces
+        for item in items:
             if isinstance(item, Fused):
                 for j, (member, _) in enumerate(item.members):
-                    s = original[id(member)]
-                    out.append((f"ON {t.relation} #{i}.{j} {s.target} {s.op} (fused)", s.expr, s.keys, "batch",
-                                lambda item=item, j=j, before=before: fused_member_sql(item, j, before)))
-                continue
-            s = original[id(item)]
-            reading = before if s.op == "+=" else after
-            out.append((f"ON {t.relation} #{i} {s.target} {s.op}", s.expr, s.keys, "batch" if s.op == "+=" else "after",
-                        lambda r=item, reading=reading: statement_sql(r.expr, r.keys, reading)))
+                    pieces.setdefault(member.target, []).append(
+                        lambda item=item, j=j, before=before: fused_member_sql(item, j, before))
+            else:
+                reading = before if item.op == "+=" else after
+                pieces.setdefault(item.target, []).append(
+                    lambda r=item, reading=reading: statement_sql(r.expr, r.keys, reading))
+        assert len({s.target for s in t.statements}) == len(t.statements), "one statement per map and trigger"
+        for s in t.statements:
+            fused = any(isinstance(item, Fused) and s.target in item.targets for item in items)
+            out.append((f"ON {t.relation} {s.target} {s.op}" + (" (fused)" if fused else ""), s.expr, s.keys,
+                        "batch" if s.op == "+=" else "after",
+                        lambda made=pieces.get(s.target, []), keys=s.keys: summed_sql(made, keys)))
     return out
+
+
+def summed_sql(pieces, keys) -> str:
+    """The increments of a statement computed in pieces, summed per key (keys whose sum is 0 left out)."""
+    if len(pieces) == 1:
+        return pieces[0]()
+    if not pieces:  # every term fused away cannot happen: a statement keeps at least one piece
+        raise AssertionError("a statement without pieces")
+    cols = "".join(f"{quote(k)}, " for k in keys)
+    group = f" GROUP BY {', '.join(quote(k) for k in keys)}" if keys else ""
+    union = " UNION ALL ".join(f"SELECT {cols}{VALUE} FROM ({piece()}) AS p" for piece in pieces)
+    return f"SELECT {cols}SUM({VALUE}) AS {VALUE} FROM ({union}) AS u{group} HAVING SUM({VALUE}) <> 0"
 
 
 def fused_member_sql(fused, member: int, sources: Sources) -> str:
@@ -308,8 +326,8 @@ def test_the_runtime_form_checks_fused_statements():
     for sql in QUERIES + NESTED_QUERIES:
         for depth in DEPTHS:
             for t in compile_view(sql, SCHEMAS, depth=depth).triggers:
-                _, made = shared_products(t.statements, exact=lambda m: True)
-                fused = [item for item in fuse(made) if isinstance(item, Fused)]
+                fused = [item for item in trigger_items(t.statements, exact=lambda m: True)[1]
+                         if isinstance(item, Fused)]
                 groups += len(fused)
                 members += sum(len(f.members) for f in fused)
     assert groups >= 50 and members >= 2 * groups, (groups, members)
@@ -505,3 +523,39 @@ def test_only_products_joining_a_map_or_table_with_integral_weights_are_shared()
     # A batch alone: its aggregates are cheap, a shared product would only add a stage.
     alone = _trigger(compile_view("SELECT b, COUNT(*), SUM(a) FROM R GROUP BY b", SCHEMAS), "R").statements
     assert shared_products(alone, exact=lambda m: True) == ({}, list(alone))
+
+
+def _statement(target: str, text: str):
+    return Statement(target, (), "+=", parse(text))
+
+
+def test_statements_of_several_terms_are_fused_term_by_term():
+    """A view's COUNT and SUM over a disjunction (TPC-H Q19): the i-th terms of the two statements join the
+    same product, and each pair is one aggregation; no statement is left, and no product is staged."""
+    statements = [
+        _statement("q_count", "AggSum([], ΔR(a, b) * mS[b] * {a > 1}) + -1 * AggSum([], ΔR(a, b) * mT[b])"),
+        _statement("q_sum", "AggSum([], ΔR(a, b) * mS[b] * {a > 1} * a) + -1 * AggSum([], ΔR(a, b) * mT[b] * a)"),
+    ]
+    shared, items = trigger_items(statements, exact=lambda m: True)
+    assert shared == {}
+    assert all(isinstance(item, Fused) for item in items) and len(items) == 2
+    assert [[(s.target, str(v)) for s, v in item.members] for item in items] == [
+        [("q_count", "1"), ("q_sum", "a")]] * 2
+    # the coefficient of the second terms, common to both, multiplies the product
+    assert [str(item.product) for item in items] == ["ΔR(a, b) * mS[b] * {a > 1}", "-1 * ΔR(a, b) * mT[b]"]
+
+
+def test_a_term_weighed_by_a_map_of_decimals_stays_with_its_statement():
+    """Fused apart, a term's sum would be rounded to the map's type apart from the statement's other terms:
+    only terms whose rows weigh integers are split off; the others stay with their statements."""
+    statements = [
+        _statement("q_count", "AggSum([], ΔR(a, b) * mS[b]) + AggSum([], ΔR(a, b) * mD[b])"),
+        _statement("q_sum", "AggSum([], ΔR(a, b) * mS[b] * a) + AggSum([], ΔR(a, b) * mD[b] * a)"),
+    ]
+    shared, items = trigger_items(statements, exact=lambda m: m != "mD")
+    fused = [item for item in items if isinstance(item, Fused)]
+    assert [[s.target for s, _ in item.members] for item in fused] == [["q_count", "q_sum"]]
+    assert "mS" in str(fused[0].product)
+    assert [(s.target, str(s.expr)) for s in items if not isinstance(s, Fused)] == [
+        ("q_count", "AggSum([], ΔR(a, b) * mD[b])"), ("q_sum", "AggSum([], ΔR(a, b) * mD[b] * a)")]
+    assert shared == {}

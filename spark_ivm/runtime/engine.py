@@ -33,11 +33,12 @@ from spark_ivm.runtime import sources as source_tables
 from spark_ivm.runtime.catalog_format import ViewEntry, entry_from_json, entry_to_json
 from spark_ivm.runtime.build import write_maps
 from spark_ivm.runtime.deltalog import DeltaLogs, TableSnapshot
+from spark_ivm.runtime.fused import Fused
 from spark_ivm.runtime.key_conditions import OtherMaps
 from spark_ivm.runtime.locks import StatementLocks
 from spark_ivm.runtime.mapstore import SEQUENCE_ID, StoreColumns, live_rows_sql
 from spark_ivm.runtime.publish import ViewForms
-from spark_ivm.runtime.refresh import StaleEntry, StoreRefresh, crash_point, shared_products_of
+from spark_ivm.runtime.refresh import StaleEntry, StoreRefresh, crash_point, trigger_items_of
 from spark_ivm.runtime.run import RefreshRun, parallel
 from spark_ivm.runtime.sqlgen import literal_sql, quote
 from spark_ivm.runtime.statements import CreateView, DropView, ExplainView, RefreshAll, RefreshView, ShowViews
@@ -553,15 +554,21 @@ class Engine:
             others = ", ".join(o.name for o in e.layout.maps if o.map_id == m.map_id and o is not m)
             lines.append(f"-- map {m.name}[{', '.join(m.keys)}]: {rows} rows, value {m.value_type}"
                          + (f" (in {m.value_column} of the rows it shares with {others})" if others else ""))
-        shared = []
+        shared, fused = [], []
         for t in e.plan.triggers:
-            products, made = shared_products_of(e, t.statements)
+            products, made = trigger_items_of(e, t.statements)
             for product, (keys, definition) in products.items():
-                readers = ", ".join(s.target for s in made if product in map_names(s.expr))
+                readers = ", ".join(s.target for s in made
+                                    if not isinstance(s, Fused) and product in map_names(s.expr))
                 shared.append(f"ON BATCH OF {t.relation}: {product}[{', '.join(keys)}] := {to_text(definition)};"
                               f"  -- read by {readers}")
+            fused += [f"ON BATCH OF {t.relation}: {', '.join(item.targets)} over {to_text(item.product)}"
+                      for item in made if isinstance(item, Fused)]
         if shared:
             shared.insert(0, "\n-- products the statements of a trigger share, computed once per refresh")
+        if fused:
+            shared += ["\n-- sums of statements (or of their terms) over one product, computed in one aggregation",
+                       *fused]
         return "\n".join(lines) + "\n" + e.plan.explain() + "\n".join(shared)
 
 

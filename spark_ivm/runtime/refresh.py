@@ -33,7 +33,7 @@ from spark_ivm import config, heuristics, udfs
 from spark_ivm.calculus.analysis import has_delta, joins, relations
 from spark_ivm.errors import IVMError, RefreshError
 from spark_ivm.runtime.deltalog import ConcurrentCommitError, TableSnapshot
-from spark_ivm.runtime.fused import Fused, fuse, fused_sql
+from spark_ivm.runtime.fused import Fused, fused_sql, trigger_items
 from spark_ivm.runtime.mapstore import (
     ENTRY_TOKEN, SEQUENCE, SEQUENCE_ID, StoreColumns, append_sql, bookkeeping_metadata, bookkeeping_of,
     compact_rows_sql, sequence_sql, staged_sql, union_sql,
@@ -42,7 +42,7 @@ from spark_ivm.runtime.key_conditions import (
     Condition, KeyIn, KeyRange, MapIs, all_of, any_of, key_values, map_conditions,
 )
 from spark_ivm.runtime.run import COLLECT_SETTINGS, RefreshRun, session_settings, store_write_parallelism
-from spark_ivm.runtime.sqlgen import VALUE, Sources, quote, shared_products, statement_sql, with_shared
+from spark_ivm.runtime.sqlgen import VALUE, Sources, quote, statement_sql, with_shared
 from spark_ivm.runtime.view_work import (
     FullRefreshNeeded, ViewRefresh, applied_versions, check_source, map_references, maps_read, ordered_tables,
     progress_rows, refresh_failure, relations_of, statements_of, written_key_columns, written_keys,
@@ -342,7 +342,7 @@ class StoreRefresh:
             for table in w.changed:
                 _, ranged, readers = wanted.setdefault(w.batch_key(table), (w.entry.source_columns[table], set(), [0]))
                 ranged.update(c for _, fixed, _ in refs[table] for _, c in fixed)
-                readers[0] += len(fuse(shared_products_of(w.entry, statements_of(w, table))[1]))
+                readers[0] += len(trigger_items_of(w.entry, statements_of(w, table))[1])
             # The batch columns that fix the keys the refresh adds to maps that fix other maps' keys (see
             # map_bounds), listed too.
             links = {(other, key) for table in w.changed for _, _, reached in refs[table] for _, other, key in reached}
@@ -409,8 +409,7 @@ class StoreRefresh:
             return []
         # Statements that sum different values over the same joins compute the joins once (see sqlgen), and
         # those that differ only in what they sum over the same product, the sums at once (see fused.py).
-        shared, statements = shared_products_of(entry, statements_of(w, table))
-        items = fuse(statements)
+        shared, items = trigger_items_of(entry, statements_of(w, table))
         alone = [_batch_alone(item.product if isinstance(item, Fused) else item.expr) for item in items]
         # Statements that read the batch alone read it plain, the others hinted for broadcast (run.joined_batch).
         joined = batch_view if all(alone) else run.joined_batch(batch_view)
@@ -571,9 +570,9 @@ def _statement_increments(entry, s, statement_sources: Sources) -> str:
     return statement_sql(s.expr, s.keys, statement_sources, consolidated=not exact_sum)
 
 
-def shared_products_of(entry, statements):
-    """shared_products of a trigger's statements, sharing the products whose maps hold integers."""
-    return shared_products(statements, exact=lambda m: entry.layout.map(m).value_type in INTEGRAL_TYPES)
+def trigger_items_of(entry, statements):
+    """trigger_items of a trigger's statements: maps hold integers as their layout says."""
+    return trigger_items(statements, exact=lambda m: entry.layout.map(m).value_type in INTEGRAL_TYPES)
 
 
 def map_bounds(w: ViewRefresh, run: RefreshRun, references: dict[str, list], listed: bool = False
