@@ -135,6 +135,7 @@ def test_statement_lifecycle(ivm, fresh_db):
         assert m in plan
     assert "2 rows" in plan  # the view's group map holds groups a and b
     assert "ON BATCH OF t" in plan
+    assert "computed in one aggregation" in plan  # its SUM's and COUNTs' statements, fused
 
     status = refresh(spark, "V")  # names are case-insensitive
     assert status["view"] == f"{fresh_db}.v"

@@ -554,7 +554,7 @@ class Engine:
             others = ", ".join(o.name for o in e.layout.maps if o.map_id == m.map_id and o is not m)
             lines.append(f"-- map {m.name}[{', '.join(m.keys)}]: {rows} rows, value {m.value_type}"
                          + (f" (in {m.value_column} of the rows it shares with {others})" if others else ""))
-        shared, fused = [], []
+        shared, fused = [], []  # the lines that say how a refresh computes the statements of each trigger
         for t in e.plan.triggers:
             products, made = trigger_items_of(e, t.statements)
             for product, (keys, definition) in products.items():
@@ -567,9 +567,8 @@ class Engine:
         if shared:
             shared.insert(0, "\n-- products the statements of a trigger share, computed once per refresh")
         if fused:
-            shared += ["\n-- sums of statements (or of their terms) over one product, computed in one aggregation",
-                       *fused]
-        return "\n".join(lines) + "\n" + e.plan.explain() + "\n".join(shared)
+            fused.insert(0, "\n-- sums of statements (or of their terms) over one product, computed in one aggregation")
+        return "\n".join(lines) + "\n" + e.plan.explain() + "\n".join(shared + fused)
 
 
 _FORMS = {"rows": "its rows, kept in its definition", "store": "its maps from the map store"}

@@ -20,8 +20,8 @@ from dataclasses import dataclass, replace
 from typing import Callable, Sequence
 
 from spark_ivm.calculus.analysis import factors_of
-from spark_ivm.calculus.expressions import AggSum, Cmp, Const, DeltaRel, Expr, Lift, MapRef, Prod, Rel, Sum, prod, sum_
-from spark_ivm.runtime.sqlgen import SharedProducts, SqlGen, Sources, is_pure, shared_products
+from spark_ivm.calculus.expressions import AggSum, Const, Expr, Prod, Sum, prod, sum_
+from spark_ivm.runtime.sqlgen import SharedProducts, SqlGen, Sources, exact_weight, is_pure, shared_products
 
 Splits = Callable[[object, tuple[Expr, ...]], bool]
 
@@ -107,12 +107,6 @@ def _parts(statement, term: Expr, whole: bool) -> tuple[tuple[Expr, ...], list[E
         return None
     factors = factors_of(term)
     return tuple(f for f in factors if not is_pure(f)), coefficient + [f for f in factors if is_pure(f)]
-
-
-def exact_weight(heavy: tuple[Expr, ...], exact: Callable[[str], bool]) -> bool:
-    """Whether each row of the product weighs an integer: its factors are relations, batches, lifts,
-    conditions and maps of integers (exact(map))."""
-    return all(isinstance(f, (Rel, DeltaRel, Lift, Cmp)) or (isinstance(f, MapRef) and exact(f.name)) for f in heavy)
 
 
 def trigger_items(statements: Sequence, exact: Callable[[str], bool]) -> tuple[SharedProducts, list]:

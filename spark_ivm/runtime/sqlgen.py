@@ -205,9 +205,13 @@ def with_shared(sources: Sources, shared: SharedProducts) -> Sources:
 
 def _shareable(heavy: tuple[Expr, ...], exact: Callable[[str], bool]) -> bool:
     """Whether a product's non-value factors are worth sharing and safe to: they join a table or a map, and
-    each adds no weight (relations, batches, lifts, conditions) or an integral one (maps exact(map))."""
-    if not any(isinstance(f, (Rel, MapRef)) for f in heavy):
-        return False
+    their rows weigh integers (exact_weight)."""
+    return any(isinstance(f, (Rel, MapRef)) for f in heavy) and exact_weight(heavy, exact)
+
+
+def exact_weight(heavy: tuple[Expr, ...], exact: Callable[[str], bool]) -> bool:
+    """Whether each row of a product weighs an integer: each factor adds no weight (relations, batches,
+    lifts, conditions) or an integral one (maps exact(map))."""
     return all(isinstance(f, (Rel, DeltaRel, Lift, Cmp)) or (isinstance(f, MapRef) and exact(f.name))
                for f in heavy)
 
