@@ -38,11 +38,11 @@ class Fused:
         return tuple(s.target for s, _ in self.members)
 
 
-def never(statement, heavy: tuple[Expr, ...]) -> bool:
+def _never(statement, heavy: tuple[Expr, ...]) -> bool:
     return False
 
 
-def fuse(statements: Sequence, splits: Splits = never) -> list:
+def fuse(statements: Sequence, splits: Splits = _never) -> list:
     """The statements, those of each group that differ only in the values they sum replaced by one Fused
     (where the group has two or more statements), in the order of each group's first statement.
 
