@@ -26,7 +26,7 @@ from spark_ivm.calculus.analysis import map_key_bindings
 from spark_ivm.calculus.evaluator import Database, apply_batch, evaluate_map, initial_maps
 from spark_ivm.calculus.parser import parse
 from spark_ivm.compiler.plan import Statement
-from spark_ivm.runtime.fused import Fused, fused_sql, trigger_items
+from spark_ivm.runtime.fused import Fused, fuse, fused_sql, trigger_items, with_families
 from spark_ivm.runtime.key_conditions import map_conditions
 from spark_ivm.runtime.sqlgen import (
     MULTIPLICITY, VALUE, Sources, quote, shared_products, statement_sql, with_shared,
@@ -169,14 +169,18 @@ def expressions(plan, sources: Sources, runtime_form: bool = False):
     expression reads: "now" (definitions), "batch" (`+=`, before the batch) or "after" (`:=`). In the
     runtime's form a trigger's statements are fused (term by term where a statement has several) and share
     the products they have in common, as trigger_items makes them, and its `+=` statements read each map
-    only at the keys the batch fixes (at_batch_keys): a statement's SQL sums its pieces."""
+    only at the keys the batch fixes (at_batch_keys), the maps that CREATE computes together read as one
+    family's rows (see fused.py): a statement's SQL sums its pieces."""
+    families = plan_families(plan) if runtime_form else {}
     out = [(f"map {m.name}", m.definition, m.keys, "now", lambda m=m: statement_sql(m.definition, m.keys, sources))
            for m in plan.maps]
     for t in plan.triggers:
-        shared, items = trigger_items(t.statements, exact=lambda m: True) if runtime_form else ({}, t.statements)
+        shared, items = (trigger_items(t.statements, exact=lambda m: True, families=families) if runtime_form
+                         else ({}, t.statements))
         # The `:=` statements are checked after the batch, when this database holds no batch to bound by.
-        before = with_shared(at_batch_keys(sources, t.statements) if runtime_form else sources, shared)
-        after = with_shared(sources, shared)
+        before = with_shared(with_families(at_batch_keys(sources, t.statements) if runtime_form else sources,
+                                           families), shared)
+        after = with_shared(with_families(sources, families), shared)
         pieces: dict[str, list] = {}  # a statement's target -> the SQL of each of its pieces
         for item in items:
             if isinstance(item, Fused):
@@ -194,6 +198,12 @@ def expressions(plan, sources: Sources, runtime_form: bool = False):
                         "batch" if s.op == "+=" else "after",
                         lambda made=pieces.get(s.target, []), keys=s.keys: summed_sql(made, keys)))
     return out
+
+
+def plan_families(plan) -> dict[str, tuple[str, ...]]:
+    """The maps that share store rows, as CREATE makes them: those it computes by one aggregation."""
+    made = fuse([Statement(m.name, m.keys, "+=", m.definition) for m in plan.maps])
+    return {t: item.targets for item in made if isinstance(item, Fused) for t in item.targets}
 
 
 def summed_sql(pieces, keys) -> str:
@@ -525,8 +535,8 @@ def test_only_products_joining_a_map_or_table_with_integral_weights_are_shared()
     assert shared_products(alone, exact=lambda m: True) == ({}, list(alone))
 
 
-def _statement(target: str, text: str):
-    return Statement(target, (), "+=", parse(text))
+def _statement(target: str, text: str, keys: tuple[str, ...] = ()):
+    return Statement(target, keys, "+=", parse(text))
 
 
 def test_statements_of_several_terms_are_fused_term_by_term():
@@ -559,3 +569,26 @@ def test_a_term_weighed_by_a_map_of_decimals_stays_with_its_statement():
     assert [(s.target, str(s.expr)) for s in items if not isinstance(s, Fused)] == [
         ("q_count", "AggSum([], ΔR(a, b) * mD[b])"), ("q_sum", "AggSum([], ΔR(a, b) * mD[b] * a)")]
     assert shared == {}
+
+
+def test_statements_reading_maps_of_one_family_are_fused():
+    """A view's COUNT and SUM re-evaluated per affected key (TPC-H Q22 under orders): each statement joins its
+    own map of one family (a count and a sum of one product per the same keys). Read as the family's rows, the
+    terms have one product, and the two statements are one aggregation per term, summing each map's value."""
+    new, old = "(z ^= (mC[c] + AggSum([c], ΔO(o, c))))", "(z ^= mC[c])"
+    statements = [_statement(target, " + ".join(
+        f"{sign}AggSum([g], Exists(AggSum([c], ΔO(o, c))) * {z} * {{z = 0}} * {m}[c, g])"
+        for sign, z in (("", new), ("-1 * ", old))), ("g",))
+        for target, m in (("q_count", "mN"), ("q_sum", "mS"))]
+    families = {"mN": ("mN", "mS"), "mS": ("mN", "mS")}
+    assert all(s.reevaluated_keys == ("c",) for s in statements)
+    shared, items = trigger_items(statements, exact=lambda m: m != "mS", families=families)
+    assert shared == {} and len(items) == 2 and all(isinstance(item, Fused) for item in items)
+    assert [[(s.target, str(v)) for s, v in item.members] for item in items] == [
+        [("q_count", "__value_mN"), ("q_sum", "__value_mS")]] * 2
+    assert "__rows_mN[c, g, __value_mN, __value_mS]" in str(items[0].product)
+    # without families, or with a family read twice by one term, nothing is fused
+    assert not any(isinstance(item, Fused) for item in trigger_items(statements, exact=lambda m: True)[1])
+    twice = [_statement(t, f"AggSum([g], ΔO(o, c) * mN[c, g] * {m}[c, g])", ("g",))
+             for t, m in (("q1", "mN"), ("q2", "mS"))]
+    assert not any(isinstance(item, Fused) for item in trigger_items(twice, lambda m: True, families)[1])

@@ -567,7 +567,8 @@ class Engine:
         if shared:
             shared.insert(0, "\n-- products the statements of a trigger share, computed once per refresh")
         if fused:
-            fused.insert(0, "\n-- sums of statements (or of their terms) over one product, computed in one aggregation")
+            fused.insert(0, "\n-- sums of statements (or of their terms) over one product, computed in one aggregation "
+                            "(__rows_m[keys, __value_m, …]: the rows m shares, with each map's value)")
         return "\n".join(lines) + "\n" + e.plan.explain() + "\n".join(shared + fused)
 
 

@@ -11,19 +11,82 @@ A statement of several terms (a disjunction's terms, TPC-H Q19's three; a join's
 term where `splits` allows it: its i-th term joins the i-th terms of the other statements over the same
 product, and the terms left over stay one statement. Each term's sum is then rounded to the map's type
 apart from the others; where the term's rows weigh integers (see exact_weight) that rounding is exact.
+
+Maps of one family (maps that share their store rows, see mapstore: a view's COUNT, SUM and count of non-NULL
+values of one product per the same keys) are read as the family's rows: a term `H * M_sum[k]` becomes
+`H * F[k, c, s] * s` and `H * M_count[k]` becomes `H * F[k, c, s] * c`, F holding each map's rows with weight 1
+and its value in a variable of its own (0 in the others'). The terms then have one product, H * F, and fuse:
+TPC-H Q17's and Q22's statements re-evaluate a nested aggregate per affected key and then join the view's
+count, sum and count of non-NULL values of one product; fused, they re-evaluate it once.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, replace
-from typing import Callable, Sequence
+from typing import Callable, Mapping, Sequence
 
 from spark_ivm.calculus.analysis import factors_of
-from spark_ivm.calculus.expressions import AggSum, Const, Expr, Prod, Sum, prod, sum_
-from spark_ivm.runtime.sqlgen import SharedProducts, SqlGen, Sources, exact_weight, is_pure, shared_products
+from spark_ivm.calculus.expressions import AggSum, Const, Exists, Expr, MapRef, Prod, Sum, Var, prod, sum_
+from spark_ivm.runtime.sqlgen import (
+    VALUE, SharedProducts, SqlGen, Sources, exact_weight, is_pure, quote, shared_products,
+)
 
 Splits = Callable[[object, tuple[Expr, ...]], bool]
+# Per map of a family: the family's maps, in order (their keys are the same).
+Families = Mapping[str, tuple[str, ...]]
+
+
+def family_name(members: Sequence[str]) -> str:
+    return "__rows_" + members[0]
+
+
+def value_var(member: str) -> str:
+    """The variable holding a member's value in its family's rows."""
+    return "__value_" + member
+
+
+def _read_as_families(factors: Sequence[Expr], families: Families) -> list[Expr]:
+    """The factors with each map of a family read as the family's rows times the map's value; as they are
+    where the factors read a family twice (its value variables would clash)."""
+    read = [families[f.name] for f in factors if isinstance(f, MapRef) and f.name in families]
+    if not read or len(set(read)) < len(read):
+        return list(factors)
+    out: list[Expr] = []
+    for f in factors:
+        if isinstance(f, MapRef) and f.name in families:
+            members = families[f.name]
+            out += [MapRef(family_name(members), f.keys + tuple(value_var(m) for m in members)), Var(value_var(f.name))]
+        else:
+            out.append(f)
+    return out
+
+
+def with_families(sources: Sources, families: Families) -> Sources:
+    """Sources that also read each family's rows (see the module doc): the union of its maps' rows, each
+    weighing 1, with the map's value in its variable and 0 in the others'."""
+    names = {family_name(members): members for members in families.values()}
+    if not names:
+        return sources
+
+    def map_sql(name: str) -> str:
+        members = names.get(name)
+        if members is None:
+            return sources.map(name)
+        keys = "".join(f"{quote(k)}, " for k in sources.map_keys(members[0]))
+        reads = []
+        for i, member in enumerate(members):
+            values = ", ".join(f"{VALUE if other == member else 0} AS {quote(value_var(other))}" for other in members)
+            reads.append(f"SELECT {keys}{values}, 1 AS {VALUE} FROM {sources.map(member)} AS f{i}")
+        return "(" + " UNION ALL ".join(reads) + ")"
+
+    def map_keys(name: str) -> Sequence[str]:
+        members = names.get(name)
+        if members is None:
+            return sources.map_keys(name)
+        return (*sources.map_keys(members[0]), *(value_var(m) for m in members))
+
+    return replace(sources, map=map_sql, map_keys=map_keys)
 
 
 @dataclass(frozen=True)
@@ -42,14 +105,15 @@ def _never(statement, heavy: tuple[Expr, ...]) -> bool:
     return False
 
 
-def fuse(statements: Sequence, splits: Splits = _never) -> list:
+def fuse(statements: Sequence, splits: Splits = _never, families: Families | None = None) -> list:
     """The statements, those of each group that differ only in the values they sum replaced by one Fused
     (where the group has two or more statements), in the order of each group's first statement.
 
     splits(statement, heavy): whether a term of a statement of several terms, over the product `heavy`,
     may be fused apart from the statement's other terms. A statement whose terms are fused in part stays
-    with its other terms."""
-    groups: dict[tuple, list[tuple[int, int, list[Expr]]]] = {}  # (keys, heavy) -> (statement, term, values)
+    with its other terms. families: maps whose terms are compared as reads of their family's rows."""
+    # (keys, heavy) -> statement -> (term, its values) of each of its terms over that product
+    groups: dict[tuple, dict[int, list[tuple[int, list[Expr]]]]] = {}
     order: list[tuple] = []  # ("statement", i) or ("group", its key)
     terms_of: list[tuple[Expr, ...]] = []
     for i, s in enumerate(statements):
@@ -57,16 +121,16 @@ def fuse(statements: Sequence, splits: Splits = _never) -> list:
         terms = s.expr.terms if isinstance(s.expr, Sum) else (s.expr,)
         terms_of.append(terms)
         for j, term in enumerate(terms):
-            parts = _parts(s, term, whole=len(terms) == 1)
+            parts = _parts(s, term, len(terms) == 1, families or {})
             if parts is None or (len(terms) > 1 and not splits(s, parts[0])):
                 continue
             key = (tuple(s.keys), parts[0])
             if key not in groups:
-                groups[key] = []
+                groups[key] = {}
                 order.append(("group", key))
-            if all(i != member for member, _, _ in groups[key]):  # a statement at most once per group
-                groups[key].append((i, j, parts[1]))
-    fused_terms = {(i, j) for members in groups.values() if len(members) > 1 for i, j, _ in members}
+            groups[key].setdefault(i, []).append((j, parts[1]))
+    fused_terms = {(i, j) for members in groups.values() if len(members) > 1
+                   for i, terms in members.items() for j, _ in terms}
     items = []
     for kind, item in order:
         if kind == "statement":
@@ -80,21 +144,22 @@ def fuse(statements: Sequence, splits: Splits = _never) -> list:
         members = groups[item]
         if len(members) < 2:
             continue
-        common = Counter(members[0][2])
-        for _, _, values in members[1:]:
-            common &= Counter(values)
+        values_of = [Counter(values) for terms in members.values() for _, values in terms]
+        common = values_of[0]
+        for values in values_of[1:]:
+            common = common & values
         keys, heavy = item
-        product = prod(*heavy, *common.elements())
-        items.append(Fused(keys, product, tuple(
-            (statements[i], prod(*(Counter(values) - common).elements()) if Counter(values) - common else Const(1))
-            for i, _, values in members)))
+        # A statement's terms over the same product (a disjunction's, read from one family) add their values.
+        items.append(Fused(keys, prod(*heavy, *common.elements()), tuple(
+            (statements[i], sum_(*(prod(*(Counter(values) - common).elements()) for _, values in terms)))
+            for i, terms in members.items())))
     return items
 
 
-def _parts(statement, term: Expr, whole: bool) -> tuple[tuple[Expr, ...], list[Expr]] | None:
-    """A term of a `+=` statement as (its product's factors that are not values, its values); None for one
-    that cannot be fused (a re-evaluation, nested aggregates re-evaluated per key)."""
-    if statement.op != "+=" or statement.reevaluated_keys is not None:
+def _parts(statement, term: Expr, whole: bool, families: Families) -> tuple[tuple[Expr, ...], list[Expr]] | None:
+    """A term of a `+=` statement as (its product's factors that are not values, its values), maps of a family
+    read as its rows; None for one that cannot be fused (a re-evaluation)."""
+    if statement.op != "+=":
         return None
     coefficient: list[Expr] = []
     if not whole and isinstance(term, Prod) and isinstance(term.factors[0], Const) and len(term.factors) == 2:
@@ -105,14 +170,22 @@ def _parts(statement, term: Expr, whole: bool) -> tuple[tuple[Expr, ...], list[E
         term = term.expr
     elif not whole:
         return None
-    factors = factors_of(term)
+    factors = _read_as_families(factors_of(term), families)
     return tuple(f for f in factors if not is_pure(f)), coefficient + [f for f in factors if is_pure(f)]
 
 
-def trigger_items(statements: Sequence, exact: Callable[[str], bool]) -> tuple[SharedProducts, list]:
-    """What a refresh computes for one trigger's statements: Fused groups (terms split where exact_weight),
-    and the other statements with the products they share (shared_products), in fuse's order."""
-    items = fuse(statements, splits=lambda s, heavy: exact_weight(heavy, exact))
+def trigger_items(statements: Sequence, exact: Callable[[str], bool],
+                  families: Families | None = None) -> tuple[SharedProducts, list]:
+    """What a refresh computes for one trigger's statements: Fused groups (terms split where their rows weigh
+    integers: exact_weight, a family's rows weighing 1, an Exists 0 or 1), and the other statements with the
+    products they share (shared_products), in fuse's order. The Fused groups read families' rows: compute
+    them from with_families(sources, families)."""
+    names = {family_name(members) for members in (families or {}).values()}
+
+    def splits(statement, heavy: tuple[Expr, ...]) -> bool:
+        return exact_weight(tuple(f for f in heavy if not isinstance(f, Exists)), lambda m: m in names or exact(m))
+
+    items = fuse(statements, splits, families)
     shared, alone = shared_products([item for item in items if not isinstance(item, Fused)], exact)
     rest = iter(alone)
     return shared, [item if isinstance(item, Fused) else next(rest) for item in items]

@@ -122,6 +122,15 @@ class StoreLayout:
         return sum(m.map_id == map_id for m in self.maps) > 1
 
     @property
+    def families(self) -> dict[str, tuple[str, ...]]:
+        """Per map that shares its rows with others (of the same keys): all maps of those rows, in order."""
+        by_id: dict[int, list[StoredMap]] = {}
+        for m in self.maps:
+            by_id.setdefault(m.map_id, []).append(m)
+        return {m.name: tuple(x.name for x in maps) for maps in by_id.values()
+                if len(maps) > 1 and len({x.keys for x in maps}) == 1 for m in maps}
+
+    @property
     def shares_any_rows(self) -> bool:
         """Whether any two of the view's maps share rows."""
         return len({m.map_id for m in self.maps}) < len(self.maps)

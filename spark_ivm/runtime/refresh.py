@@ -33,7 +33,7 @@ from spark_ivm import config, heuristics, udfs
 from spark_ivm.calculus.analysis import has_delta, joins, relations
 from spark_ivm.errors import IVMError, RefreshError
 from spark_ivm.runtime.deltalog import ConcurrentCommitError, TableSnapshot
-from spark_ivm.runtime.fused import Fused, fused_sql, trigger_items
+from spark_ivm.runtime.fused import Fused, fused_sql, trigger_items, with_families
 from spark_ivm.runtime.mapstore import (
     ENTRY_TOKEN, SEQUENCE, SEQUENCE_ID, StoreColumns, append_sql, bookkeeping_metadata, bookkeeping_of,
     compact_rows_sql, sequence_sql, staged_sql, union_sql,
@@ -416,8 +416,8 @@ class StoreRefresh:
 
         def reading(view: str, versions, with_products=False) -> Sources:
             deltas = {r: view for r in relations_of(entry, table)}
-            found = sources(run, entry.sources, entry.source_columns, versions, entry.layout, deltas, w.pending,
-                            w.bounds)
+            found = with_families(sources(run, entry.sources, entry.source_columns, versions, entry.layout, deltas,
+                                          w.pending, w.bounds), entry.layout.families)
             return with_shared(found, shared) if with_products else found
         # A re-evaluation (:=) computes the map's new contents, so it reads this source after its batch.
         after_versions = {**w.versions, table: w.targets[table]}
@@ -571,8 +571,9 @@ def _statement_increments(entry, s, statement_sources: Sources) -> str:
 
 
 def trigger_items_of(entry, statements):
-    """trigger_items of a trigger's statements: maps hold integers as their layout says."""
-    return trigger_items(statements, exact=lambda m: entry.layout.map(m).value_type in INTEGRAL_TYPES)
+    """trigger_items of a trigger's statements: maps hold integers and share rows as their layout says."""
+    return trigger_items(statements, exact=lambda m: entry.layout.map(m).value_type in INTEGRAL_TYPES,
+                         families=entry.layout.families)
 
 
 def map_bounds(w: ViewRefresh, run: RefreshRun, references: dict[str, list], listed: bool = False
