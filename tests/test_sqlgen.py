@@ -26,10 +26,10 @@ from spark_ivm.calculus.analysis import map_key_bindings
 from spark_ivm.calculus.evaluator import Database, apply_batch, evaluate_map, initial_maps
 from spark_ivm.calculus.parser import parse
 from spark_ivm.compiler.plan import Statement
-from spark_ivm.runtime.fused import Fused, fuse, fused_sql, trigger_items, with_families
+from spark_ivm.runtime.fused import Fused, fuse, fused_sql, shared_products, trigger_items, with_families, with_shared
 from spark_ivm.runtime.key_conditions import map_conditions
 from spark_ivm.runtime.sqlgen import (
-    MULTIPLICITY, VALUE, Sources, quote, shared_products, statement_sql, with_shared,
+    MULTIPLICITY, VALUE, Sources, quote, statement_sql,
 )
 
 from corpus import NESTED_QUERIES, QUERIES, SCHEMAS
@@ -479,9 +479,9 @@ def test_stages_are_given_with_their_aliases_numbered_in_order_of_use():
     assert len(staged) == 2 and staged[0] == staged[1]
 
 
-def test_nested_values_on_the_same_variables_share_one_stage():
-    """AVG per key is a sum and a count, each re-evaluated for the keys a batch changes: both read the
-    distinct keys of one stage of the rows joined so far, not a stage each."""
+def test_nested_values_over_one_product_are_one_join_on_one_stage():
+    """AVG per key is a sum and a count, each re-evaluated for the keys a batch changes: one stage of the rows
+    joined so far, whose distinct keys one join of the sum's product reads, summing both values."""
     staged = []
     sources = Sources(relation=quote, delta=lambda r: f"delta_{r}", map=quote,
                       columns=lambda r: {"R": ["a", "b"], "S": ["a", "c"]}[r], map_keys=quote,
@@ -489,7 +489,22 @@ def test_nested_values_on_the_same_variables_share_one_stage():
     e = parse("AggSum([], ΔR(a, b) * (z1 ^= AggSum([a], S(a, c) * c)) * (z2 ^= AggSum([a], S(a, c))) * {b < z1 / z2})")
     sql = statement_sql(e, [], sources)
     assert len(staged) == 1
-    assert sql.count("SELECT DISTINCT `a` FROM stage1") == 2
+    assert sql.count("SELECT DISTINCT `a` FROM stage1") == 1
+    assert "SUM(p.__v * p.`c`) AS __v0, SUM(p.__v * 1) AS __v1" in sql
+
+
+def test_nested_values_of_several_terms_over_the_same_products_are_one_join():
+    """The new average per key after a batch, (sum + Δsum) / (count + Δcount): each term of the sum joins the
+    same product as the count's term, so the two values are one join, the terms' sums added in it."""
+    staged = []
+    sources = Sources(relation=quote, delta=lambda r: f"delta_{r}", map=quote,
+                      columns=lambda r: {"R": ["a", "b"], "S": ["a", "c"]}[r], map_keys=quote,
+                      stage=lambda sql: staged.append(sql) or f"stage{len(staged)}")
+    e = parse("AggSum([], ΔR(a, b) * (z1 ^= (AggSum([a], S(a, c) * c) + AggSum([a], ΔS(a, c) * c)))"
+              " * (z2 ^= (AggSum([a], S(a, c)) + AggSum([a], ΔS(a, c)))) * {b < z1 / z2})")
+    sql = statement_sql(e, [], sources)
+    assert len(staged) == 1 and sql.count("LEFT JOIN") == 1
+    assert sql.count("SUM(p.__v * p.`c`) AS __v0, SUM(p.__v * 1) AS __v1") == 2
 
 
 def test_the_rows_a_nested_sum_adds_up_carry_only_the_variables_it_groups_by():

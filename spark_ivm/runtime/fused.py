@@ -12,54 +12,32 @@ term where `splits` allows it: its i-th term joins the i-th terms of the other s
 product, and the terms left over stay one statement. Each term's sum is then rounded to the map's type
 apart from the others; where the term's rows weigh integers (see exact_weight) that rounding is exact.
 
-Maps of one family (maps that share their store rows, see mapstore: a view's COUNT, SUM and count of non-NULL
-values of one product per the same keys) are read as the family's rows: a term `H * M_sum[k]` becomes
-`H * F[k, c, s] * s` and `H * M_count[k]` becomes `H * F[k, c, s] * c`, F holding each map's rows with weight 1
-and its value in a variable of its own (0 in the others'). The terms then have one product, H * F, and fuse:
-TPC-H Q17's and Q22's statements re-evaluate a nested aggregate per affected key and then join the view's
-count, sum and count of non-NULL values of one product; fused, they re-evaluate it once.
+Maps of one family (families.py: a view's COUNT, SUM and count of non-NULL values of one product per the
+same keys, sharing store rows) are compared as reads of the family's rows, so that terms joining different
+members have one product and fuse: TPC-H Q17's and Q22's statements re-evaluate a nested aggregate per
+affected key and then join the view's count, sum and count of non-NULL values of one family; fused, they
+re-evaluate it once. with_families reads a family's rows as the union of its members' rows.
+
+Statements left over that still join the same product share it (shared_products): the product is computed
+once per refresh, as a stage, and each statement sums its value over it.
 """
 
 from __future__ import annotations
 
+import functools
+import operator
 from collections import Counter
 from dataclasses import dataclass, replace
-from typing import Callable, Mapping, Sequence
+from typing import Callable, Sequence
 
-from spark_ivm.calculus.analysis import factors_of
-from spark_ivm.calculus.expressions import AggSum, Const, Exists, Expr, MapRef, Prod, Sum, Var, prod, sum_
-from spark_ivm.runtime.sqlgen import (
-    VALUE, SharedProducts, SqlGen, Sources, exact_weight, is_pure, quote, shared_products,
+from spark_ivm.calculus.analysis import all_vars, factors_of
+from spark_ivm.calculus.expressions import (
+    AggSum, Cmp, Const, DeltaRel, Exists, Expr, Lift, MapRef, Prod, Rel, Sum, aggsum, prod, sum_,
 )
+from spark_ivm.runtime.families import Families, family_name, read_as_families, value_var
+from spark_ivm.runtime.sqlgen import VALUE, SqlGen, Sources, canonical_aliases, is_pure, quote, statement_sql
 
 Splits = Callable[[object, tuple[Expr, ...]], bool]
-# Per map of a family: the family's maps, in order (their keys are the same).
-Families = Mapping[str, tuple[str, ...]]
-
-
-def family_name(members: Sequence[str]) -> str:
-    return "__rows_" + members[0]
-
-
-def value_var(member: str) -> str:
-    """The variable holding a member's value in its family's rows."""
-    return "__value_" + member
-
-
-def _read_as_families(factors: Sequence[Expr], families: Families) -> list[Expr]:
-    """The factors with each map of a family read as the family's rows times the map's value; as they are
-    where the factors read a family twice (its value variables would clash)."""
-    read = [families[f.name] for f in factors if isinstance(f, MapRef) and f.name in families]
-    if not read or len(set(read)) < len(read):
-        return list(factors)
-    out: list[Expr] = []
-    for f in factors:
-        if isinstance(f, MapRef) and f.name in families:
-            members = families[f.name]
-            out += [MapRef(family_name(members), f.keys + tuple(value_var(m) for m in members)), Var(value_var(f.name))]
-        else:
-            out.append(f)
-    return out
 
 
 def with_families(sources: Sources, families: Families) -> Sources:
@@ -86,7 +64,7 @@ def with_families(sources: Sources, families: Families) -> Sources:
             return sources.map_keys(name)
         return (*sources.map_keys(members[0]), *(value_var(m) for m in members))
 
-    return replace(sources, map=map_sql, map_keys=map_keys)
+    return replace(sources, map=map_sql, map_keys=map_keys, families=families)
 
 
 @dataclass(frozen=True)
@@ -170,8 +148,90 @@ def _parts(statement, term: Expr, whole: bool, families: Families) -> tuple[tupl
         term = term.expr
     elif not whole:
         return None
-    factors = _read_as_families(factors_of(term), families)
+    factors = read_as_families(factors_of(term), families)
     return tuple(f for f in factors if not is_pure(f)), coefficient + [f for f in factors if is_pure(f)]
+
+
+# Shared products of a trigger: name -> (keys, definition), read by its statements as maps.
+SharedProducts = dict[str, tuple[tuple[str, ...], Expr]]
+
+
+def shared_products(statements: Sequence, exact: Callable[[str], bool]) -> tuple[SharedProducts, list]:
+    """The `+=` statements of one trigger with the products they share computed once.
+
+    Statements that differ only in the values they sum (a view's COUNT, SUM and non-NULL counts; TPC-H
+    Q8's five maps over one 8-way join) would each evaluate the same joins. Where two or more terms
+    `AggSum(K, H * v_i)` share their keys K and their factors H other than pure values v_i (and H joins a
+    table or map, not only the batch), H becomes one shared product `s[K, V] := AggSum(K + V, H * c)` (V:
+    the variables the v_i read, c: the values all of them multiply by), and each term
+    `AggSum(K, s[K, V] * v_i)`: the sum of H's rows per binding of K and V, times v_i, is their sum.
+
+    exact(map): whether the map's values are integers. A shared product multiplies the summed weights of
+    H's rows by v_i, where the term multiplied each row's weight by v_i; with integral weights the two
+    are the same numbers, while decimal weights may be rounded differently (Spark cuts the scale of a
+    product beyond 38 digits), so H is shared only when every map in it is exact.
+
+    Returns ({shared name: (its keys, its definition)}, the statements reading them)."""
+    groups: dict[tuple, list[tuple[int, int, tuple[Expr, ...]]]] = {}  # (K, H) -> (statement, term, v)
+    terms_of = []
+    rewritten: set[int] = set()
+    for i, s in enumerate(statements):
+        terms = s.expr.terms if isinstance(s.expr, Sum) else (s.expr,)
+        terms_of.append(list(terms))
+        if s.op != "+=":
+            continue
+        for j, t in enumerate(terms):
+            group, body = (t.group, t.expr) if isinstance(t, AggSum) else (tuple(s.keys), t)
+            if set(group) != set(s.keys):
+                continue
+            factors = factors_of(body)
+            heavy = tuple(f for f in factors if not is_pure(f))
+            if _shareable(heavy, exact):
+                groups.setdefault((tuple(s.keys), heavy), []).append((i, j, tuple(f for f in factors if is_pure(f))))
+    shared: SharedProducts = {}
+    for (keys, heavy), members in groups.items():
+        if len(members) < 2:
+            continue
+        common = functools.reduce(operator.and_, (Counter(values) for _, _, values in members))
+        own = [list((Counter(values) - common).elements()) for _, _, values in members]
+        read = tuple(dict.fromkeys(v for values in own for f in values for v in all_vars(f) if v not in keys))
+        name = f"__shared{len(shared)}"
+        shared[name] = (keys + read, aggsum(keys + read, prod(*heavy, *common.elements())))
+        for (i, j, _), values in zip(members, own):
+            terms_of[i][j] = aggsum(keys, prod(MapRef(name, keys + read), *values))
+            rewritten.add(i)
+    return shared, [replace(s, expr=terms[0] if len(terms) == 1 else Sum(tuple(terms))) if i in rewritten else s
+                    for i, (s, terms) in enumerate(zip(statements, terms_of))]
+
+
+def with_shared(sources: Sources, shared: SharedProducts) -> Sources:
+    """Sources that also read shared products (see shared_products) as maps keyed by their variables: each
+    computed once, as a stage, when a statement first reads it (a subquery where stages are CTEs)."""
+    if not shared:
+        return sources
+
+    def map_sql(name: str) -> str:
+        if name not in shared:
+            return sources.map(name)
+        keys, definition = shared[name]
+        sql = statement_sql(definition, keys, sources)
+        return sources.stage(canonical_aliases(sql)) if sources.stage is not None else f"({sql})"
+
+    return replace(sources, map=map_sql,
+                   map_keys=lambda name: shared[name][0] if name in shared else sources.map_keys(name))
+
+
+def _shareable(heavy: tuple[Expr, ...], exact: Callable[[str], bool]) -> bool:
+    """Whether a product's non-value factors are worth sharing and safe to: they join a table or a map, and
+    their rows weigh integers (exact_weight)."""
+    return any(isinstance(f, (Rel, MapRef)) for f in heavy) and exact_weight(heavy, exact)
+
+
+def exact_weight(heavy: tuple[Expr, ...], exact: Callable[[str], bool]) -> bool:
+    """Whether each row of a product weighs an integer: each factor adds no weight (relations, batches,
+    lifts, conditions) or an integral one (maps exact(map))."""
+    return all(isinstance(f, (Rel, DeltaRel, Lift, Cmp)) or (isinstance(f, MapRef) and exact(f.name))
+               for f in heavy)
 
 
 def trigger_items(statements: Sequence, exact: Callable[[str], bool],

@@ -33,7 +33,7 @@ from spark_ivm import config, heuristics, udfs
 from spark_ivm.calculus.analysis import has_delta, joins, relations
 from spark_ivm.errors import IVMError, RefreshError
 from spark_ivm.runtime.deltalog import ConcurrentCommitError, TableSnapshot
-from spark_ivm.runtime.fused import Fused, fused_sql, trigger_items, with_families
+from spark_ivm.runtime.fused import Fused, fused_sql, trigger_items, with_families, with_shared
 from spark_ivm.runtime.mapstore import (
     ENTRY_TOKEN, SEQUENCE, SEQUENCE_ID, StoreColumns, append_sql, bookkeeping_metadata, bookkeeping_of,
     compact_rows_sql, sequence_sql, staged_sql, union_sql,
@@ -42,7 +42,7 @@ from spark_ivm.runtime.key_conditions import (
     Condition, KeyIn, KeyRange, MapIs, all_of, any_of, key_values, map_conditions,
 )
 from spark_ivm.runtime.run import COLLECT_SETTINGS, RefreshRun, session_settings, store_write_parallelism
-from spark_ivm.runtime.sqlgen import VALUE, Sources, quote, statement_sql, with_shared
+from spark_ivm.runtime.sqlgen import VALUE, Sources, quote, statement_sql
 from spark_ivm.runtime.view_work import (
     FullRefreshNeeded, ViewRefresh, applied_versions, check_source, map_references, maps_read, ordered_tables,
     progress_rows, refresh_failure, relations_of, statements_of, written_key_columns, written_keys,

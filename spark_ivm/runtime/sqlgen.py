@@ -14,7 +14,9 @@ product binds, other than as outputs to join on) are evaluated once per distinct
 variables, as the reference evaluator does: the product so far becomes a stage (a CTE), the stage's
 distinct bindings a domain the sub-expression's SELECT starts from, and the result, grouped by the
 domain's variables, joins back NULL-safely. A lift joins it with LEFT JOIN and COALESCE(…, 0): a
-binding without rows is the value 0 in the calculus. A statement with stages is
+binding without rows is the value 0 in the calculus. Lifts that sum different values over one product (TPC-H Q17's
+average per part, a sum and a count; maps of a family read as its rows, see read_as_families) are one
+such SELECT with a sum per lift. A statement with stages is
 `SELECT * FROM (WITH stage1 AS (…), … SELECT …)`, so it can stand wherever a SELECT can.
 
 Starting from the domain pairs each binding with every row of the sub-expression that no join on a
@@ -36,11 +38,8 @@ statement needs them all; the stages' computation is left to the runtime (Source
 from __future__ import annotations
 
 import datetime
-import functools
-import operator
 import re
-from collections import Counter
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Callable, Sequence
 
@@ -51,6 +50,7 @@ from spark_ivm.calculus.expressions import (
     prod,
 )
 from spark_ivm.errors import UnsupportedQueryError
+from spark_ivm.runtime.families import Families, read_as_families
 
 VALUE = "__v"
 MULTIPLICITY = "__m"
@@ -79,6 +79,8 @@ class Sources:
     # the rows joined so far are broadcast to each further join, which then scans its table or map
     # instead of shuffling and sorting it (see _Scope.driven). None: never.
     drives: Callable[[str], bool] | None = None
+    # Maps read as their family's rows where several of them are summed over one product (see fused.py).
+    families: Families = field(default_factory=dict)
 
 
 def quote(name: str) -> str:
@@ -132,88 +134,6 @@ def statement_sql(e: Expr, keys: Sequence[str], sources: Sources, consolidated: 
     with their keys and values, for a caller that sums them per key itself (one aggregation for many
     statements instead of one each)."""
     return SqlGen(sources).statement(e, keys, consolidated)
-
-
-# Shared products of a trigger: name -> (keys, definition), read by its statements as maps.
-SharedProducts = dict[str, tuple[tuple[str, ...], Expr]]
-
-
-def shared_products(statements: Sequence, exact: Callable[[str], bool]) -> tuple[SharedProducts, list]:
-    """The `+=` statements of one trigger with the products they share computed once.
-
-    Statements that differ only in the values they sum (a view's COUNT, SUM and non-NULL counts; TPC-H
-    Q8's five maps over one 8-way join) would each evaluate the same joins. Where two or more terms
-    `AggSum(K, H * v_i)` share their keys K and their factors H other than pure values v_i (and H joins a
-    table or map, not only the batch), H becomes one shared product `s[K, V] := AggSum(K + V, H * c)` (V:
-    the variables the v_i read, c: the values all of them multiply by), and each term
-    `AggSum(K, s[K, V] * v_i)`: the sum of H's rows per binding of K and V, times v_i, is their sum.
-
-    exact(map): whether the map's values are integers. A shared product multiplies the summed weights of
-    H's rows by v_i, where the term multiplied each row's weight by v_i; with integral weights the two
-    are the same numbers, while decimal weights may be rounded differently (Spark cuts the scale of a
-    product beyond 38 digits), so H is shared only when every map in it is exact.
-
-    Returns ({shared name: (its keys, its definition)}, the statements reading them)."""
-    groups: dict[tuple, list[tuple[int, int, tuple[Expr, ...]]]] = {}  # (K, H) -> (statement, term, v)
-    terms_of = []
-    rewritten: set[int] = set()
-    for i, s in enumerate(statements):
-        terms = s.expr.terms if isinstance(s.expr, Sum) else (s.expr,)
-        terms_of.append(list(terms))
-        if s.op != "+=":
-            continue
-        for j, t in enumerate(terms):
-            group, body = (t.group, t.expr) if isinstance(t, AggSum) else (tuple(s.keys), t)
-            if set(group) != set(s.keys):
-                continue
-            factors = factors_of(body)
-            heavy = tuple(f for f in factors if not is_pure(f))
-            if _shareable(heavy, exact):
-                groups.setdefault((tuple(s.keys), heavy), []).append((i, j, tuple(f for f in factors if is_pure(f))))
-    shared: SharedProducts = {}
-    for (keys, heavy), members in groups.items():
-        if len(members) < 2:
-            continue
-        common = functools.reduce(operator.and_, (Counter(values) for _, _, values in members))
-        own = [list((Counter(values) - common).elements()) for _, _, values in members]
-        read = tuple(dict.fromkeys(v for values in own for f in values for v in all_vars(f) if v not in keys))
-        name = f"__shared{len(shared)}"
-        shared[name] = (keys + read, aggsum(keys + read, prod(*heavy, *common.elements())))
-        for (i, j, _), values in zip(members, own):
-            terms_of[i][j] = aggsum(keys, prod(MapRef(name, keys + read), *values))
-            rewritten.add(i)
-    return shared, [replace(s, expr=terms[0] if len(terms) == 1 else Sum(tuple(terms))) if i in rewritten else s
-                    for i, (s, terms) in enumerate(zip(statements, terms_of))]
-
-
-def with_shared(sources: Sources, shared: SharedProducts) -> Sources:
-    """Sources that also read shared products (see shared_products) as maps keyed by their variables: each
-    computed once, as a stage, when a statement first reads it (a subquery where stages are CTEs)."""
-    if not shared:
-        return sources
-
-    def map_sql(name: str) -> str:
-        if name not in shared:
-            return sources.map(name)
-        keys, definition = shared[name]
-        sql = statement_sql(definition, keys, sources)
-        return sources.stage(canonical_aliases(sql)) if sources.stage is not None else f"({sql})"
-
-    return replace(sources, map=map_sql,
-                   map_keys=lambda name: shared[name][0] if name in shared else sources.map_keys(name))
-
-
-def _shareable(heavy: tuple[Expr, ...], exact: Callable[[str], bool]) -> bool:
-    """Whether a product's non-value factors are worth sharing and safe to: they join a table or a map, and
-    their rows weigh integers (exact_weight)."""
-    return any(isinstance(f, (Rel, MapRef)) for f in heavy) and exact_weight(heavy, exact)
-
-
-def exact_weight(heavy: tuple[Expr, ...], exact: Callable[[str], bool]) -> bool:
-    """Whether each row of a product weighs an integer: each factor adds no weight (relations, batches,
-    lifts, conditions) or an integral one (maps exact(map))."""
-    return all(isinstance(f, (Rel, DeltaRel, Lift, Cmp)) or (isinstance(f, MapRef) and exact(f.name))
-               for f in heavy)
 
 
 @dataclass(frozen=True)
@@ -419,10 +339,82 @@ class SqlGen:
         # count, sum and count of non-NULL values), and the runtime computes it once for all of them.
         nested = {v for f in factors if not (is_pure(f) or isinstance(f, (Rel, DeltaRel, MapRef)))
                   for v in all_vars(f)}
-        for f in sorted(ordered, key=lambda f: _weighs_only(f, nested)):  # stable: the join order otherwise
-            self._factor(f, scope)
+        ordered = sorted(ordered, key=lambda f: _weighs_only(f, nested))  # stable: the join order otherwise
+        while ordered:
+            f = ordered.pop(0)
+            together = self._lifts_of_one_product(f, ordered, scope)
+            if len(together) < 2:
+                self._factor(f, scope)
+                continue
+            ordered = [g for g in ordered if not any(g is h for h in together)]
+            for g, value in zip(together, self._values_of_one_product(together, scope)):
+                scope.columns[g.var] = value
         kept = tuple(v for v in scope.columns if only is None or v in only)
         return _Select(scope.sql(kept), kept)
+
+    def _sum_parts(self, f: Expr, scope: _Scope) -> tuple[tuple, list[Expr]] | None:
+        """For a lift of a new variable to a nested sum (of AggSums) correlated with the scope and evaluated
+        from its bindings as they are (see _correlated): (its shape: its correlation and each term's group and
+        factors other than values, maps of a family read as its rows; each term's values); None otherwise."""
+        if not isinstance(f, Lift) or f.var in scope.columns:
+            return None
+        terms = f.expr.terms if isinstance(f.expr, Sum) else (f.expr,)
+        shared = self._shared(f.expr, scope)
+        if not shared or not all(isinstance(t, AggSum) for t in terms):
+            return None
+        shape, values = [], []
+        for t in terms:
+            factors = read_as_families(factors_of(t.expr), self.sources.families)
+            if any(_bound_by_lift(v, factors) or _only_compared(v, factors, shared) for v in shared):
+                return None
+            shape.append((t.group, tuple(x for x in factors if not is_pure(x))))
+            values.append(prod(*(x for x in factors if is_pure(x))))
+        return (shared, tuple(shape)), values
+
+    def _lifts_of_one_product(self, f: Expr, later: Sequence[Expr], scope: _Scope) -> list[Expr]:
+        """f and the later lifts that sum other values over the same products, maps of a family read as its
+        rows (TPC-H Q17's average quantity per part: a sum and a count, of one family), to be computed together
+        by one join. A later lift joins only if computing it now changes nothing: it reads no variable the
+        others lift or a later factor binds."""
+        parts = self._sum_parts(f, scope)
+        if parts is None:
+            return [f]
+        together = [f]
+        for g in later:
+            other = self._sum_parts(g, scope)
+            if other is None or other[0] != parts[0]:
+                continue
+            bound_later = {v for h in later if h is not g and not any(h is t for t in together) for v in all_vars(h)}
+            free = set(all_vars(g.expr)) - set(scope.columns)
+            lifted = {h.var for h in together}
+            if free & bound_later or free & lifted or any(g.var in all_vars(h.expr) for h in together):
+                continue
+            together.append(g)
+        return together
+
+    def _values_of_one_product(self, lifts: Sequence[Lift], scope: _Scope) -> list[str]:
+        """The SQL values of nested sums over the same products (_lifts_of_one_product) for each row of the
+        scope, by one join: per term, its product's rows per binding of the correlation, each lift's values
+        summed into a column of its own; the terms' sums added."""
+        (shared, shape), _ = self._sum_parts(lifts[0], scope)
+        values = [self._sum_parts(f, scope)[1] for f in lifts]
+        domain = self._domain(scope, shared)
+        head = ", ".join(quote(v) for v in shared)
+        columns = [f"{VALUE}{i}" for i in range(len(lifts))]
+        parts = []
+        for j, (_, heavy) in enumerate(shape):
+            read = {v for own in values for v in all_vars(own[j])}
+            rows = self.select(prod(*heavy), domain, only={*shared, *read})
+            bound = {v: f"p.{quote(v)}" for v in rows.outputs}
+            sums = ", ".join(f"SUM(p.{VALUE} * {self.value(own[j], bound)}) AS {c}" for own, c in zip(values, columns))
+            parts.append(f"SELECT {head}, {sums} FROM ({rows.sql}) AS p GROUP BY {head}")
+        total = ", ".join(f"SUM({c}) AS {c}" for c in columns)
+        grouped = (parts[0] if len(parts) == 1
+                   else f"SELECT {head}, {total} FROM ({' UNION ALL '.join(parts)}) AS n GROUP BY {head}")
+        alias = self._alias()
+        on = " AND ".join(f"{scope.columns[v]} <=> {alias}.{quote(v)}" for v in shared)
+        scope.sources.append(f"LEFT JOIN ({grouped}) AS {alias} ON {on}")
+        return [f"COALESCE({alias}.{c}, 0)" for c in columns]
 
     def _factor(self, f: Expr, scope: _Scope) -> None:
         if isinstance(f, (Rel, DeltaRel)):
