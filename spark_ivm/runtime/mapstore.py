@@ -35,6 +35,7 @@ are read from the table when rows are written (`StoreColumns`).
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from dataclasses import dataclass
@@ -121,9 +122,10 @@ class StoreLayout:
         map_id = self.map(name).map_id
         return sum(m.map_id == map_id for m in self.maps) > 1
 
-    @property
+    @functools.cached_property
     def families(self) -> dict[str, tuple[str, ...]]:
-        """Per map that shares its rows with others (of the same keys): all maps of those rows, in order."""
+        """Per map that shares its rows with others (of the same keys): all maps of those rows, in order
+        (read by every statement of a refresh: computed once per layout)."""
         by_id: dict[int, list[StoredMap]] = {}
         for m in self.maps:
             by_id.setdefault(m.map_id, []).append(m)

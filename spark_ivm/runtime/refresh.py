@@ -407,8 +407,8 @@ class StoreRefresh:
             # The changes cancel out (a row inserted and deleted again): no statement has anything to add.
             w.versions[table] = w.targets[table]
             return []
-        # Statements (or their terms) that differ only in what they sum over the same product sum it at once
-        # (see fused.py); the others compute the joins they share once (see sqlgen).
+        # Statements (or their terms) that differ only in what they sum over the same product sum it at once;
+        # the others compute the joins they share once (see fused.py).
         shared, items = trigger_items_of(entry, statements_of(w, table))
         alone = [_batch_alone(item.product if isinstance(item, Fused) else item.expr) for item in items]
         # Statements that read the batch alone read it plain, the others hinted for broadcast (run.joined_batch).

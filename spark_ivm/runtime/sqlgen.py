@@ -346,8 +346,8 @@ class SqlGen:
             if len(together) < 2:
                 self._factor(f, scope)
                 continue
-            ordered = [g for g in ordered if not any(g is h for h in together)]
-            for g, value in zip(together, self._values_of_one_product(together, scope)):
+            ordered = [g for g in ordered if not any(g is h for h, _ in together)]
+            for (g, _), value in zip(together, self._values_of_one_product(together, scope)):
                 scope.columns[g.var] = value
         kept = tuple(v for v in scope.columns if only is None or v in only)
         return _Select(scope.sql(kept), kept)
@@ -371,33 +371,34 @@ class SqlGen:
             values.append(prod(*(x for x in factors if is_pure(x))))
         return (shared, tuple(shape)), values
 
-    def _lifts_of_one_product(self, f: Expr, later: Sequence[Expr], scope: _Scope) -> list[Expr]:
+    def _lifts_of_one_product(self, f: Expr, later: Sequence[Expr], scope: _Scope) -> list[tuple[Expr, tuple]]:
         """f and the later lifts that sum other values over the same products, maps of a family read as its
         rows (TPC-H Q17's average quantity per part: a sum and a count, of one family), to be computed together
         by one join. A later lift joins only if computing it now changes nothing: it reads no variable the
-        others lift or a later factor binds."""
+        others lift or a later factor binds. Each lift with its parts (_sum_parts)."""
         parts = self._sum_parts(f, scope)
         if parts is None:
-            return [f]
-        together = [f]
+            return [(f, None)]
+        together = [(f, parts)]
         for g in later:
             other = self._sum_parts(g, scope)
             if other is None or other[0] != parts[0]:
                 continue
-            bound_later = {v for h in later if h is not g and not any(h is t for t in together) for v in all_vars(h)}
+            bound_later = {v for h in later if h is not g and not any(h is t for t, _ in together)
+                           for v in all_vars(h)}
             free = set(all_vars(g.expr)) - set(scope.columns)
-            lifted = {h.var for h in together}
-            if free & bound_later or free & lifted or any(g.var in all_vars(h.expr) for h in together):
+            lifted = {h.var for h, _ in together}
+            if free & bound_later or free & lifted or any(g.var in all_vars(h.expr) for h, _ in together):
                 continue
-            together.append(g)
+            together.append((g, other))
         return together
 
-    def _values_of_one_product(self, lifts: Sequence[Lift], scope: _Scope) -> list[str]:
+    def _values_of_one_product(self, lifts: Sequence[tuple[Lift, tuple]], scope: _Scope) -> list[str]:
         """The SQL values of nested sums over the same products (_lifts_of_one_product) for each row of the
         scope, by one join: per term, its product's rows per binding of the correlation, each lift's values
         summed into a column of its own; the terms' sums added."""
-        (shared, shape), _ = self._sum_parts(lifts[0], scope)
-        values = [self._sum_parts(f, scope)[1] for f in lifts]
+        (shared, shape), _ = lifts[0][1]
+        values = [own for _, (_, own) in lifts]
         domain = self._domain(scope, shared)
         head = ", ".join(quote(v) for v in shared)
         columns = [f"{VALUE}{i}" for i in range(len(lifts))]
