@@ -507,6 +507,35 @@ def test_nested_values_of_several_terms_over_the_same_products_are_one_join():
     assert sql.count("SUM(p.__v * p.`c`) AS __v0, SUM(p.__v * 1) AS __v1") == 2
 
 
+def test_maps_of_one_family_in_new_values_are_one_join():
+    """The new sum and count per key after a batch, M_sum[a] + Δsum and M_count[a] + Δcount, of maps that
+    share their rows: a map's value is the sum of its rows per key, so both are one join of the family's
+    rows and of the batch, each value summed into a column of its own."""
+    staged = []
+    sources = Sources(relation=quote, delta=lambda r: f"delta_{r}", map=quote,
+                      columns=lambda r: {"R": ["a", "b"], "S": ["a", "c"]}[r], map_keys=lambda m: ["a"],
+                      stage=lambda sql: staged.append(sql) or f"stage{len(staged)}",
+                      families={"Ms": ("Mc", "Ms"), "Mc": ("Mc", "Ms")})
+    e = parse("AggSum([], ΔR(a, b) * (z1 ^= (Ms[a] + AggSum([a], ΔS(a, c) * c)))"
+              " * (z2 ^= (Mc[a] + AggSum([a], ΔS(a, c)))) * {b < z1 / z2})")
+    sql = statement_sql(e, [], with_families(sources, sources.families))
+    assert len(staged) == 1 and sql.count("LEFT JOIN") == 1
+    assert "SUM(p.__v * p.`__value_Ms`) AS __v0, SUM(p.__v * p.`__value_Mc`) AS __v1" in sql
+
+
+def test_a_nested_relation_joined_on_a_batch_s_keys_is_evaluated_for_those_keys():
+    """Whether each key a batch touches has rows after it (an outer join's matched and unmatched cases, TPC-H
+    Q13): the map of all keys is read for the batch's keys, not whole and joined to them afterwards."""
+    staged = []
+    sources = Sources(relation=quote, delta=lambda r: f"delta_{r}", map=quote,
+                      columns=lambda r: {"S": ["a", "c"]}[r], map_keys=lambda m: ["a"],
+                      stage=lambda sql: staged.append(sql) or f"stage{len(staged)}")
+    e = parse("AggSum([], Exists(AggSum([a], ΔS(a, c))) * Exists(AggSum([a], M[a] * N[a]) + AggSum([a], ΔS(a, c))))")
+    sql = statement_sql(e, [], sources)
+    assert len(staged) == 1 and "FROM `M`" not in sql
+    assert re.search(r"\(SELECT DISTINCT `a` FROM stage1\) AS t\d+ JOIN `M` AS", sql)
+
+
 def test_the_rows_a_nested_sum_adds_up_carry_only_the_variables_it_groups_by():
     """Summed per part, a batch of a wide table joined to the parts carries the part and the value, not
     every column of the table: Spark's analysis of a statement takes time in the columns it carries."""

@@ -34,8 +34,9 @@ from spark_ivm.calculus.analysis import all_vars, factors_of
 from spark_ivm.calculus.expressions import (
     AggSum, Cmp, Const, DeltaRel, Exists, Expr, Lift, MapRef, Prod, Rel, Sum, aggsum, prod, sum_,
 )
+from spark_ivm.runtime.factor_shapes import is_pure
 from spark_ivm.runtime.families import Families, family_name, read_as_families, value_var
-from spark_ivm.runtime.sqlgen import VALUE, SqlGen, Sources, canonical_aliases, is_pure, quote, statement_sql
+from spark_ivm.runtime.sqlgen import VALUE, SqlGen, Sources, canonical_aliases, quote, statement_sql
 
 Splits = Callable[[object, tuple[Expr, ...]], bool]
 

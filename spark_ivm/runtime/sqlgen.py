@@ -46,10 +46,12 @@ from typing import Callable, Sequence
 from spark_ivm.calculus import functions
 from spark_ivm.calculus.analysis import all_vars, factors_of, join_order, ovars
 from spark_ivm.calculus.expressions import (
-    FLIPPED_CMP, NULL, AggSum, Cmp, Const, DeltaRel, Exists, Expr, Fn, Lift, MapRef, Prod, Rel, Sum, Var, aggsum, lift,
-    prod,
+    AggSum, Cmp, Const, DeltaRel, Exists, Expr, Fn, Lift, MapRef, Prod, Rel, Sum, Var, aggsum, lift, prod,
 )
 from spark_ivm.errors import UnsupportedQueryError
+from spark_ivm.runtime.factor_shapes import (
+    as_aggsum, bound_by_lift, is_pure, joins_batch_in_every_term, only_compared, weighs_only,
+)
 from spark_ivm.runtime.families import Families, read_as_families
 
 VALUE = "__v"
@@ -164,6 +166,8 @@ class _Scope:
     # the second join of a batch with two large maps is a sort-merge join that shuffles and sorts the
     # whole second map on every refresh (TPC-H Q10's second map, large enough to spill to disk).
     driven: bool = False
+    # The rows joined so far come from a factor each of whose terms joins a batch: few, whatever its size.
+    bounded: bool = False
     broadcast: str | None = None  # the alias of the broadcast rows joined so far
     # The distinct bindings the last correlated part was evaluated for. Later joins only filter or repeat
     # the rows (the variables' values stay), so they still hold every binding a later part needs.
@@ -197,45 +201,6 @@ class _Scope:
         if self.conditions:
             text += " WHERE " + " AND ".join(self.conditions)
         return text
-
-
-def is_pure(e: Expr) -> bool:
-    """A value computed from variables alone (no relation, map, batch, lift or aggregate inside)."""
-    return all(isinstance(x, (Const, Var, Fn, Cmp, Prod, Sum)) for x in e.walk())
-
-
-def _weighs_only(f: Expr, nested: set[str]) -> bool:
-    """A value multiplied into the rows' `__v`, or the test that a summed value is not NULL (a variable no
-    nested part of the product reads): it binds nothing and hardly narrows the rows."""
-    if isinstance(f, Cmp):
-        return f.op == "is not" and f.right == NULL and isinstance(f.left, Var) and f.left.name not in nested
-    return is_pure(f)
-
-
-def _mentioning(v: str, factors: Sequence[Expr]) -> list[Expr]:
-    return [f for f in factors if v in all_vars(f)]
-
-
-def _bound_by_lift(v: str, factors: Sequence[Expr]) -> bool:
-    """Whether, among the factors, only one lift `(v ^= t)` (t without v) and values mention v."""
-    using = _mentioning(v, factors)
-    lifts = [f for f in using if isinstance(f, Lift) and f.var == v and v not in all_vars(f.expr)]
-    return len(lifts) == 1 and all(f is lifts[0] or is_pure(f) for f in using)
-
-
-def _only_compared(v: str, factors: Sequence[Expr], correlated: Sequence[str]) -> tuple[Cmp, Expr, str] | None:
-    """The one factor mentioning v, if it is an inequality between v and a value t of no correlated variable;
-    with t and the comparison as `t op v`."""
-    using = _mentioning(v, factors)
-    if len(using) != 1 or not isinstance(using[0], Cmp) or using[0].op not in ("<", "<=", ">", ">="):
-        return None
-    c = using[0]
-    if Var(v) not in (c.left, c.right):
-        return None
-    value, op = (c.left, c.op) if c.right == Var(v) else (c.right, FLIPPED_CMP[c.op])
-    if not is_pure(value) or set(all_vars(value)) & set(correlated):
-        return None
-    return c, value, op
 
 
 class SqlGen:
@@ -332,6 +297,7 @@ class SqlGen:
             scope.add_source(domain.table, alias, [])
             scope.columns.update((v, f"{alias}.{quote(v)}") for v in domain.vars)
             scope.driven = domain.driven
+            scope.domain = domain
         # Bind before use: a condition may precede the factor binding its variable (bound outside).
         ordered = join_order(factors, scope.columns)
         # What only weighs the rows goes last, after the nested parts: the stage a nested part makes of
@@ -339,7 +305,7 @@ class SqlGen:
         # count, sum and count of non-NULL values), and the runtime computes it once for all of them.
         nested = {v for f in factors if not (is_pure(f) or isinstance(f, (Rel, DeltaRel, MapRef)))
                   for v in all_vars(f)}
-        ordered = sorted(ordered, key=lambda f: _weighs_only(f, nested))  # stable: the join order otherwise
+        ordered = sorted(ordered, key=lambda f: weighs_only(f, nested))  # stable: the join order otherwise
         while ordered:
             f = ordered.pop(0)
             together = self._lifts_of_one_product(f, ordered, scope)
@@ -358,14 +324,14 @@ class SqlGen:
         factors other than values, maps of a family read as its rows; each term's values); None otherwise."""
         if not isinstance(f, Lift) or f.var in scope.columns:
             return None
-        terms = f.expr.terms if isinstance(f.expr, Sum) else (f.expr,)
+        terms = tuple(as_aggsum(t) for t in (f.expr.terms if isinstance(f.expr, Sum) else (f.expr,)))
         shared = self._shared(f.expr, scope)
         if not shared or not all(isinstance(t, AggSum) for t in terms):
             return None
         shape, values = [], []
         for t in terms:
             factors = read_as_families(factors_of(t.expr), self.sources.families)
-            if any(_bound_by_lift(v, factors) or _only_compared(v, factors, shared) for v in shared):
+            if any(bound_by_lift(v, factors) or only_compared(v, factors, shared) for v in shared):
                 return None
             shape.append((t.group, tuple(x for x in factors if not is_pure(x))))
             values.append(prod(*(x for x in factors if is_pure(x))))
@@ -428,6 +394,7 @@ class SqlGen:
             self._bind(scope, table, alias, list(zip(f.vars, columns)))
             if isinstance(f, DeltaRel):
                 scope.weights.append(f"{alias}.{MULTIPLICITY}")
+                scope.bounded |= first
                 if first and self._batch_only(f):
                     scope.driven = True
         elif isinstance(f, MapRef):
@@ -517,12 +484,12 @@ class SqlGen:
         if not isinstance(e, AggSum):
             return self.select(e, domain)
         factors = factors_of(e.expr)
-        lifted = tuple(v for v in domain.vars if _bound_by_lift(v, factors))
+        lifted = tuple(v for v in domain.vars if bound_by_lift(v, factors))
         if lifted:
             kept = tuple(v for v in domain.vars if v not in lifted)
             grouped = aggsum(e.group + tuple(v for v in lifted if v not in e.group), e.expr)
             return self.select(grouped, self._restricted(domain, kept))
-        compared = next(((v, c) for v in domain.vars if (c := _only_compared(v, factors, domain.vars))), None)
+        compared = next(((v, c) for v in domain.vars if (c := only_compared(v, factors, domain.vars))), None)
         if compared is None:
             return self.select(e, domain)
         x, (comparison, value, op) = compared  # value op x
@@ -553,12 +520,17 @@ class SqlGen:
     def _nested_relation(self, f: Expr, scope: _Scope) -> None:
         shared = self._shared(f, scope)
         outputs = ovars(f)
-        correlated = any(v not in outputs for v in shared)
+        # Correlated on the variables f reads from the scope; and on those it outputs where the scope's rows
+        # are few and f's are not (TPC-H Q13: whether each customer a batch touches has rows in the outer
+        # join after it, evaluated for those customers, not for all of them and joined afterwards).
+        correlated = (any(v not in outputs for v in shared)
+                      or bool(shared) and scope.bounded and not joins_batch_in_every_term(f))
         sub = self.select(f, self._domain(scope, shared) if correlated else None)
         alias = self._alias()
         first = not scope.sources
         self._bind(scope, f"({sub.sql})", alias, [(o, o) for o in sub.outputs])
         scope.weights.append(f"{alias}.{VALUE}")
+        scope.bounded |= first and joins_batch_in_every_term(f)
         if first and self._batch_only(f):
             scope.driven = True  # e.g. the keys a batch changes, that a nested aggregate is re-evaluated for
 
