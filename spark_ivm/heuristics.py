@@ -179,6 +179,23 @@ def lists_batch_values(batch_rows: int, span: int | None) -> bool:
     return 0 < batch_rows <= LISTED_BATCH_ROWS_MAX and (span is None or span > DENSE_RANGE_PER_ROW * batch_rows)
 
 
+# A key a batch fixes may be narrowed further by another map of the same product (analysis.map_key_links):
+# TPC-H Q17's parts of one brand and container among the parts a lineitem batch touches leave a few parts'
+# rows of the map of quantities per part, of millions. The driver reads the other map's keys from the
+# files that can hold them; that pays only where they are few next to the files the copy would read
+# without them (Q9, Q18 and Q21 read tens of megabytes of keys that left the copy as it was).
+NARROWING_BYTES_RATIO = _threshold(
+    "NARROWING_BYTES_RATIO", 16,
+    "A key a batch fixes is narrowed by another map's keys only where the files that can hold this map's "
+    "rows weigh more than this many times those that can hold the other's.")
+
+
+def narrows_key(other_bytes: int | None, own_bytes: int | None) -> bool:
+    """Whether a map's key the batch fixes is also bounded by another map's keys, read by the driver from
+    `other_bytes` of files, where this map's rows lie in `own_bytes` of files (None: not known)."""
+    return other_bytes is not None and own_bytes is not None and other_bytes * NARROWING_BYTES_RATIO < own_bytes
+
+
 # For the same reason, creating a view reads a source table once, into a checkpoint its maps' queries
 # then scan, when they refer to it at least twice (a view with three maps over a three-table join scans
 # its sources nine times). Only up to a size: the checkpoint is a copy of the table in the executors'

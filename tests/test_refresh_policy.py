@@ -95,6 +95,14 @@ def test_a_batch_fixes_the_keys_of_a_map_it_joins_in_one_product():
     assert map_key_bindings(e) == [("m", ((0, "S", 0),))]
 
 
+def test_a_key_the_batch_fixes_is_linked_to_the_other_maps_the_batch_fixes():
+    # ON L: q += ΔL(P, Q) * m4[P, X] * m3[P]: m4's P holds only keys of m3's rows at the batch's P values
+    # (TPC-H Q17: the parts of one brand among the parts a batch touches), and m3's only keys of m4's.
+    e = aggsum([], prod(delta_rel("L", "P", "Q"), map_ref("m4", "P", "X"), map_ref("m3", "P")))
+    assert map_key_bindings(e) == [("m4", ((0, "L", 0),)), ("m3", ((0, "L", 0),))]
+    assert map_key_links(e) == [("m4", ((0, "m3", 0),)), ("m3", ((0, "m4", 0),))]
+
+
 def test_a_map_sharing_a_variable_with_a_map_the_batch_fixes_is_linked_to_it():
     # ON C: q += ΔC(K) * m1[O, K] * m2[O]: m2's O holds only keys of m1's rows at the batch's K values.
     e = aggsum([], prod(delta_rel("C", "K"), map_ref("m1", "O", "K"), map_ref("m2", "O"), map_ref("m3", "X")))

@@ -253,7 +253,10 @@ def map_key_links(e: Expr) -> list[tuple[str, tuple[tuple[int, str, int], ...]]]
     name, ((key position, other map, its key position), …)). A key not fixed by a batch is fixed by
     another map where both are factors of one product, share the key's variable, and a batch fixes a
     key of the other: the product is zero unless the variable holds a key of the other map's rows at
-    the batch's values (a batch of customers reaches the lineitems' maps through the orders' map)."""
+    the batch's values (a batch of customers reaches the lineitems' maps through the orders' map). A key a
+    batch fixes is linked to every other such map too: the other's rows at the batch's values may hold
+    few of them (TPC-H Q17: the parts of one brand and container among the parts a lineitem batch
+    touches bound the map of quantities per part)."""
     return [(name, links) for name, _, links in map_key_references(e)]
 
 
@@ -268,9 +271,8 @@ def map_key_references(e: Expr) -> list[tuple[str, tuple, tuple]]:
     def linked(ref: MapRef, fixing: list[MapRef], columns: dict[str, tuple[str, int]]) -> tuple:
         links = []
         for i, k in enumerate(ref.keys):
-            other = next((g for g in fixing if g is not ref and k in g.keys), None)
-            if k not in columns and other is not None:
-                links.append((i, other.name, other.keys.index(k)))
+            others = list(dict.fromkeys((g.name, g.keys.index(k)) for g in fixing if g is not ref and k in g.keys))
+            links += [(i, *other) for other in (others if k in columns else others[:1])]
         return tuple(links)
 
     def visit(node: Expr, bound: dict[str, tuple[str, int]]) -> None:

@@ -1,4 +1,4 @@
-"""Conditions on a store's columns that bound the map rows a refresh reads (see refresh.map_bounds).
+"""Conditions on a store's columns that bound the map rows a refresh reads (see view_work.map_bounds).
 
 A condition is built from a map's id, the value column of a map that shares its rows with others, the
 range of a batch's values in a key column and the list of them, joined by AND and OR. It holds Python

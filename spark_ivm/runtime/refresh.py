@@ -38,14 +38,12 @@ from spark_ivm.runtime.mapstore import (
     ENTRY_TOKEN, SEQUENCE, SEQUENCE_ID, StoreColumns, append_sql, bookkeeping_metadata, bookkeeping_of,
     compact_rows_sql, sequence_sql, staged_sql, union_sql,
 )
-from spark_ivm.runtime.key_conditions import (
-    Condition, KeyIn, KeyRange, MapIs, all_of, any_of, key_values, map_conditions,
-)
+from spark_ivm.runtime.key_conditions import Condition, MapIs, all_of, any_of
 from spark_ivm.runtime.run import COLLECT_SETTINGS, RefreshRun, session_settings, store_write_parallelism
 from spark_ivm.runtime.sqlgen import VALUE, Sources, quote, statement_sql
 from spark_ivm.runtime.view_work import (
-    FullRefreshNeeded, ViewRefresh, applied_versions, check_source, map_references, maps_read, ordered_tables,
-    progress_rows, refresh_failure, relations_of, statements_of, written_key_columns, written_keys,
+    FullRefreshNeeded, ViewRefresh, applied_versions, check_source, map_bounds, map_references, maps_read,
+    ordered_tables, progress_rows, refresh_failure, relations_of, statements_of, written_key_columns,
 )
 from spark_ivm.runtime.publish import increment_rows
 from spark_ivm.runtime.viewsql import PROPERTY_MAPS, view_map_ids
@@ -574,48 +572,6 @@ def trigger_items_of(entry, statements):
     """trigger_items of a trigger's statements: maps hold integers and share rows as their layout says."""
     return trigger_items(statements, exact=lambda m: entry.layout.map(m).value_type in INTEGRAL_TYPES,
                          families=entry.layout.families)
-
-
-def map_bounds(w: ViewRefresh, run: RefreshRun, references: dict[str, list], listed: bool = False
-               ) -> dict[str, Condition | None]:
-    """Per map the refresh of a view reads: a condition on the store's columns that every row a
-    statement can join holds for, or None where the whole map is needed.
-
-    Where a statement joins a map with a batch on a key (see map_key_bindings), only keys in the
-    range of the batch's values in that column can join. A map read by several statements needs the
-    rows any of them can join; one read whole by any of them is read whole. With the store written
-    in key order, Delta skips the files of other keys: a batch of new orders reads the orders-keyed
-    maps' rows of new keys, not all of them. `references`: per changed source, map_references.
-
-    listed: only keys among the batch's values (run.batch_values), where the batch's are listed.
-    Delta skips no more files by them, but they leave fewer rows to copy.
-
-    With `listed`, also a key another map fixes (map_key_links): only keys of that map's rows as bounded
-    here, collected from the store (run.key_values). Where a statement of the refresh writes that map, a
-    later source's statements read it with the earlier sources' increments, at keys the store does not
-    hold yet: those keys too, where batches fix them (written_keys), else the key is not bounded."""
-    def bounded(through=None):
-        for table in w.changed:
-            batch = run.batch(*w.batch_key(table), w.entry.source_columns[table])
-            if not run.batch_rows[batch]:
-                continue  # no statement of this source runs
-            ranges, values = run.batch_ranges[batch], run.batch_values(batch) if listed else {}
-            for name, fixed, links in references[table]:
-                terms = [KeyIn(key, values[column]) if column in values else KeyRange(key, *ranges[column])
-                         for key, column in fixed if column in ranges]
-                for key, other, other_key in links if through is not None else ():
-                    if through.get(other) is None:
-                        continue
-                    layout = w.entry.layout
-                    keys = run.key_values(w.entry.store, layout.map(other).map_id, other_key,
-                                          layout.rows_of(other, through[other]))
-                    new = written_keys(w, run, other, other_key)
-                    reached = None if keys is None or new is None else {*keys, *new}
-                    if reached is not None and len(reached) <= heuristics.LISTED_KEY_VALUES_MAX:
-                        terms.append(key_values(key, reached))
-                yield name, terms
-
-    return map_conditions(bounded(map_conditions(bounded()) if listed else None))
 
 
 def _attributed(entry, compute):

@@ -65,6 +65,7 @@ class RefreshRun:
         self.batch_ranges: dict[str, dict[str, tuple]] = {}
         self._batch_values: dict[str, dict[str, tuple]] = {}  # see batch_values
         self._key_values: dict[tuple, tuple | None] = {}  # see key_values
+        self._candidate_bytes: dict[tuple, int | None] = {}  # see candidate_bytes
         self._listed_columns: dict[str, list[str]] = {}  # batch view -> its columns batch_values may list
         self._held_batches: dict[str, object] = {}  # batch view -> its rows, read by the driver (pyarrow)
         self._hint_rows: dict[str, object] = {}  # batch view -> its rows, where small enough to broadcast
@@ -326,21 +327,35 @@ class RefreshRun:
             self._batch_values[view] = found
         return self._batch_values[view]
 
-    def key_values(self, table: str, map_id: int, column: str, where: Condition) -> tuple | None:
+    def candidate_bytes(self, table: str, where: Condition) -> int | None:
+        """The bytes of the store's files (as of its pinned version) whose statistics allow rows the condition
+        holds for, from its Delta checksum (no Spark job); None where the checksum does not list them."""
+        key = (table, where)
+        if key not in self._candidate_bytes:
+            snapshot = self.store_snapshots.get(table)
+            files = None if snapshot is None else self.logs.listed_files(snapshot, where.could_hold)
+            self._candidate_bytes[key] = None if files is None else sum(int(f.get("size", 0)) for f in files)
+        return self._candidate_bytes[key]
+
+    def key_values(self, table: str, map_id: int, column: str, where: Condition,
+                   on_driver_only: bool = False) -> tuple | None:
         """The distinct non-NULL values of a store column in the rows of the map that the condition holds
         for, sorted (read by the driver where it reads them, else one Spark job; once per run); None where
-        there are more than LISTED_KEY_VALUES_MAX."""
-        key = (table, column, where)
+        there are more than LISTED_KEY_VALUES_MAX, or on_driver_only and the driver does not read them."""
+        key = (table, column, where, on_driver_only)
         if key not in self._key_values:
             with self.timed("store read"):
                 held = self._store_on_driver(table, where, [column])
                 if held is not None:
                     found = [v for v in held.column(column).unique().to_pylist() if v is not None]
+                elif on_driver_only:
+                    found = None
                 else:
                     found = [r[0] for r in self.spark.sql(
                         f"SELECT DISTINCT {column} FROM {self.store_rows(table, {map_id})} WHERE {where} "
                         f"LIMIT {LISTED_KEY_VALUES_MAX + 2}").collect() if r[0] is not None]
-            self._key_values[key] = None if len(found) > LISTED_KEY_VALUES_MAX else tuple(sorted(found))
+            self._key_values[key] = (None if found is None or len(found) > LISTED_KEY_VALUES_MAX
+                                     else tuple(sorted(found)))
         return self._key_values[key]
 
     def _values_from_files(self, view: str, columns: list[str]) -> list[set] | None:

@@ -6,8 +6,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from spark_ivm import heuristics
 from spark_ivm.calculus.analysis import batch_columns, map_key_references, map_names
 from spark_ivm.errors import RefreshError
+from spark_ivm.runtime.key_conditions import Condition, KeyIn, KeyRange, key_values, map_conditions
 from spark_ivm.runtime.mapstore import ENTRY_TOKEN, bookkeeping_sql
 
 if TYPE_CHECKING:
@@ -189,3 +191,57 @@ def maps_read(statement) -> tuple[str, ...]:
 
 def ordered_tables(entry) -> list[str]:
     return list(dict.fromkeys(entry.sources[t.relation] for t in entry.plan.triggers))
+
+
+def map_bounds(w: ViewRefresh, run: RefreshRun, references: dict[str, list], listed: bool = False
+               ) -> dict[str, Condition | None]:
+    """Per map the refresh of a view reads: a condition on the store's columns that every row a
+    statement can join holds for, or None where the whole map is needed.
+
+    Where a statement joins a map with a batch on a key (see map_key_bindings), only keys in the
+    range of the batch's values in that column can join. A map read by several statements needs the
+    rows any of them can join; one read whole by any of them is read whole. With the store written
+    in key order, Delta skips the files of other keys: a batch of new orders reads the orders-keyed
+    maps' rows of new keys, not all of them. `references`: per changed source, map_references.
+
+    listed: only keys among the batch's values (run.batch_values), where the batch's are listed.
+    Delta skips no more files by them, but they leave fewer rows to copy.
+
+    With `listed`, also a key another map fixes (map_key_links): only keys of that map's rows as bounded
+    here, collected from the store (run.key_values); for a key the batch fixes too, only where the driver
+    reads them from files far smaller than this map's (heuristics.narrows_key). Where a statement of the
+    refresh writes that map, a later source's statements read it with the earlier sources' increments, at
+    keys the store does not hold yet: those keys too, where batches fix them (written_keys), else the key
+    is not bounded."""
+    layout, store = w.entry.layout, w.entry.store
+
+    def narrowed(name: str, others: Condition, through: dict) -> bool:
+        own = through.get(name)
+        return own is not None and heuristics.narrows_key(
+            run.candidate_bytes(store, others), run.candidate_bytes(store, layout.rows_of(name, own)))
+
+    def bounded(through=None):
+        for table in w.changed:
+            batch = run.batch(*w.batch_key(table), w.entry.source_columns[table])
+            if not run.batch_rows[batch]:
+                continue  # no statement of this source runs
+            ranges, values = run.batch_ranges[batch], run.batch_values(batch) if listed else {}
+            for name, fixed, links in references[table]:
+                terms = [KeyIn(key, values[column]) if column in values else KeyRange(key, *ranges[column])
+                         for key, column in fixed if column in ranges]
+                for key, other, other_key in links if through is not None else ():
+                    if through.get(other) is None:
+                        continue
+                    others = layout.rows_of(other, through[other])
+                    narrowing = any(key == k for k, _ in fixed)
+                    if narrowing and not narrowed(name, others, through):
+                        continue
+                    keys = run.key_values(store, layout.map(other).map_id, other_key, others,
+                                          on_driver_only=narrowing)
+                    new = written_keys(w, run, other, other_key)
+                    reached = None if keys is None or new is None else {*keys, *new}
+                    if reached is not None and len(reached) <= heuristics.LISTED_KEY_VALUES_MAX:
+                        terms.append(key_values(key, reached))
+                yield name, terms
+
+    return map_conditions(bounded(map_conditions(bounded()) if listed else None))
