@@ -183,7 +183,7 @@ def lists_batch_values(batch_rows: int, span: int | None) -> bool:
 # TPC-H Q17's parts of one brand and container among the parts a lineitem batch touches leave a few parts'
 # rows of the map of quantities per part, of millions. The driver reads the other map's keys from the
 # files that can hold them; that pays only where they are few next to the files the copy would read
-# without them (Q9, Q18 and Q21 read tens of megabytes of keys that left the copy as it was).
+# without them (in Q9, Q18 and Q21 the other maps hold most of the batch's keys: reading them saves nothing).
 NARROWING_BYTES_RATIO = _threshold(
     "NARROWING_BYTES_RATIO", 16,
     "A key a batch fixes is narrowed by another map's keys only where the files that can hold this map's "
