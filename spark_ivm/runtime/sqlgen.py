@@ -523,14 +523,14 @@ class SqlGen:
         # Correlated on the variables f reads from the scope; and on those it outputs where the scope's rows
         # are few and f's are not (TPC-H Q13: whether each customer a batch touches has rows in the outer
         # join after it, evaluated for those customers, not for all of them and joined afterwards).
-        correlated = (any(v not in outputs for v in shared)
-                      or bool(shared) and scope.bounded and not joins_batch_in_every_term(f))
+        batch_bounded = joins_batch_in_every_term(f)
+        correlated = any(v not in outputs for v in shared) or bool(shared) and scope.bounded and not batch_bounded
         sub = self.select(f, self._domain(scope, shared) if correlated else None)
         alias = self._alias()
         first = not scope.sources
         self._bind(scope, f"({sub.sql})", alias, [(o, o) for o in sub.outputs])
         scope.weights.append(f"{alias}.{VALUE}")
-        scope.bounded |= first and joins_batch_in_every_term(f)
+        scope.bounded |= first and batch_bounded
         if first and self._batch_only(f):
             scope.driven = True  # e.g. the keys a batch changes, that a nested aggregate is re-evaluated for
 
