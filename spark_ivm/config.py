@@ -62,6 +62,11 @@ INLINE_ROWS = Setting(
     "spark.ivm.inlineRows", 1000,
     "A view whose rows (and maps) number at most this many keeps them in its definition, so that reading it "
     "runs no Spark job; 0: every view reads its map store.", minimum=0)
+DRIVER_STATEMENTS = Setting(
+    "spark.ivm.driverStatements", "on",
+    "Where a refresh computes the statements whose every input the driver holds (a small batch, the rows of "
+    "the map store it reads): on, in DuckDB on the driver, with no Spark job; off, in Spark.",
+    choices=("on", "off"))
 
 FULL_REFRESH_PERCENT = Setting(
     "spark.ivm.fullRefreshPercent", heuristics.FULL_REFRESH_PERCENT,
@@ -69,4 +74,4 @@ FULL_REFRESH_PERCENT = Setting(
     "whose changed rows take at least this percent of its source table's bytes now (and at least "
     "heuristics.FULL_REFRESH_MIN_BYTES); 0: never.", minimum=0)
 
-SETTINGS = (CATALOG, COMPACT_EVERY, CODEGEN, PLAN, INLINE_ROWS, FULL_REFRESH_PERCENT)
+SETTINGS = (CATALOG, COMPACT_EVERY, CODEGEN, PLAN, INLINE_ROWS, DRIVER_STATEMENTS, FULL_REFRESH_PERCENT)

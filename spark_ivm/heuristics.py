@@ -339,6 +339,11 @@ DRIVER_STORE_BYTES = _threshold(
 DRIVER_STORE_ROWS = _threshold(
     "DRIVER_STORE_ROWS", 1_000_000,
     "The store's rows a refresh copies are read by the driver only where they are at most this many.")
+# See runtime/local_sql.py: statements whose every input the driver holds run in DuckDB there. Bounded, so
+# that a statement whose joins multiply its rows fails there and runs in Spark instead.
+DRIVER_STATEMENTS_MEMORY_MB = _threshold(
+    "DRIVER_STATEMENTS_MEMORY_MB", 1024,
+    "The memory DuckDB may use on the driver for the statements of one refresh (beyond it, Spark computes them).")
 
 # See runtime/run.py: "at once". Each materialized intermediate result costs a Spark job of its own: a light
 # view's refresh is mostly such jobs. A statement that re-evaluates reads its stages several times, and

@@ -471,7 +471,12 @@ class StoreRefresh:
                 with run.timed("write"):
                     return self._write_sql(staged, store_columns, sequence, metadata, compact), staged, None
             rows, collected = self.spark.table(staged), None
-            if not compact and heuristics.collects_increments([w.view.get(PROPERTY_MAPS) == "yes" for w in work]):
+            # Rows the driver computed (a local relation) are written from there, as collected ones are.
+            held = run.driver.held.get(staged)
+            held = held if held is not None and held.num_rows <= heuristics.COLLECTED_ROWS_MAX else None
+            if held is not None and not compact:
+                collected = rows
+            elif not compact and heuristics.collects_increments([w.view.get(PROPERTY_MAPS) == "yes" for w in work]):
                 with run.timed("triggers"), session_settings(self.spark, COLLECT_SETTINGS):
                     found = rows._jdf.limit(heuristics.COLLECTED_ROWS_MAX + 1).collectAsList()
                 if found.size() <= heuristics.COLLECTED_ROWS_MAX:

@@ -31,12 +31,13 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.functions import broadcast
 
-from spark_ivm import heuristics
+from spark_ivm import config, heuristics
 from spark_ivm.heuristics import BROADCAST_BATCH_ROWS, LISTED_KEY_VALUES_MAX, checkpoint_partitions, lists_batch_values
 from spark_ivm.runtime import driver_files
 from spark_ivm.runtime import sources as source_tables
 from spark_ivm.runtime.deltalog import DeltaLogs, NotDeltaError, TableSnapshot
 from spark_ivm.runtime.key_conditions import Condition, MapIs, all_of
+from spark_ivm.runtime.local_sql import DriverStatements
 from spark_ivm.runtime.sqlgen import MULTIPLICITY, quote
 
 log = logging.getLogger("spark_ivm")
@@ -67,11 +68,13 @@ class RefreshRun:
         self._key_values: dict[tuple, tuple | None] = {}  # see key_values
         self._candidate_bytes: dict[tuple, int | None] = {}  # see candidate_bytes
         self._listed_columns: dict[str, list[str]] = {}  # batch view -> its columns batch_values may list
-        self._held_batches: dict[str, object] = {}  # batch view -> its rows, read by the driver (pyarrow)
+        # the rows the driver holds (batches, store copies, results) and the statements it computes on them
+        self.driver = DriverStatements(f"__ivm_{self.run_id}_", config.DRIVER_STATEMENTS.get(spark) == "on")
         self._hint_rows: dict[str, object] = {}  # batch view -> its rows, where small enough to broadcast
         self._hinted: dict[str, str] = {}  # batch view -> a view of its rows hinted for broadcast
         self.pins: dict[tuple, str] = {}
         self.stores: dict[str, str] = {}  # map store -> the view of the rows its maps are read from
+        self._not_handed_over: dict[str, str] = {}  # view of a store copy the driver holds -> its schema (DDL)
         self.stages: dict[str, str] = {}  # a statement's stage (its SELECT) -> its view
         self.store_versions: dict[str, int] = {}
         self.store_snapshots: dict[str, TableSnapshot] = {}
@@ -104,6 +107,7 @@ class RefreshRun:
             self.spark.catalog.dropTempView(view)
         for df in self._persisted:
             df.unpersist()
+        self.driver.close()
 
     # -- tables ----------------------------------------------------------------------------------------------
     def look_up(self, tables) -> None:
@@ -175,8 +179,12 @@ class RefreshRun:
     # -- intermediate rows -----------------------------------------------------------------------------------
     def register(self, df) -> str:
         """A temporary view of the DataFrame, dropped when the run ends."""
-        name = f"__ivm_{self.run_id}_{len(self.temporary)}"
+        name = self._view_name()
         df.createOrReplaceTempView(name)
+        return name
+
+    def _view_name(self) -> str:
+        name = f"__ivm_{self.run_id}_{len(self.temporary)}"
         self.temporary.append(name)
         return name
 
@@ -189,12 +197,28 @@ class RefreshRun:
     def checkpoint(self, sql: str, step: str, always: bool = False) -> str:
         """A temporary view of the query's rows: computed once now (its time counted to `step`) in a
         materialized run or if `always`, else the query itself."""
+        computed = self._computed_on_driver(sql, step)
+        if computed is not None:
+            return computed
+        self._hand_over_read(sql)
         if not (self.materialize or always):
             return self.register(self.spark.sql(sql))
         # Checkpointed, not cached: cached blocks can be evicted and recomputed, a checkpoint is the rows
         # as computed once.
         with self.timed(step):
             return self.register(self._local_checkpoint(sql))
+
+    def _computed_on_driver(self, sql: str, step: str) -> str | None:
+        """A view of the query's rows computed by DuckDB on the driver, where the driver holds every row it
+        reads (see local_sql); None where it does not."""
+        with self.timed(step):
+            computed = self.driver.compute(sql)
+            if computed is None:
+                return None
+            rows, schema = computed
+            view = self.register(arrow_frame(self.spark, rows, schema))
+        self.driver.hold(view, rows)
+        return view
 
     def stage(self, sql: str) -> str:
         """A stage of the statements' SQL (see sqlgen), made once however many statements share it: the
@@ -225,18 +249,29 @@ class RefreshRun:
         reads, if known: only files that hold rows of them are read.
 
         The copy is read by the driver where the store's files that can hold such rows are few
-        (heuristics.DRIVER_STORE_BYTES), and handed to Spark as rows: no job, and Spark knows their size.
+        (heuristics.DRIVER_STORE_BYTES): no job. Statements DuckDB computes read it there; it is handed to
+        Spark, as rows whose size Spark knows, when Spark first reads it.
         Otherwise Spark computes it once, as a checkpoint: every scan of a Delta table with a filter runs
         a job of its own to choose the files to read."""
         where = all_of(rows, kept)
         with self.timed("store read"):
             held = self._store_on_driver(table, where)
             if held is not None:
-                schema = ", ".join(f"{quote(c)} {t}" for c, t in self.store_snapshots[table].columns)
-                self.stores[table] = self.register(self.handed_over(held, schema))
+                # Handed to Spark when Spark first reads it (_hand_over_read): DuckDB reads the held rows.
+                self.stores[table] = self._view_name()
+                self.driver.hold(self.stores[table], held)
+                self._not_handed_over[self.stores[table]] = ", ".join(
+                    f"{quote(c)} {t}" for c, t in self.store_snapshots[table].columns)
                 return
         self.stores[table] = self.checkpoint(
             f"SELECT * FROM {self.store_rows(table, map_ids)} WHERE {where}", step="store read", always=True)
+
+    def _hand_over_read(self, sql: str) -> None:
+        """Hand the store copies the query reads that the driver holds and Spark does not have yet to Spark."""
+        for view in [v for v in self._not_handed_over if re.search(rf"\b{v}\b", sql)]:
+            with self.timed("store read"):
+                rows = self.handed_over(self.driver.held[view], self._not_handed_over.pop(view))
+                rows.createOrReplaceTempView(view)
 
     def handed_over(self, rows, schema: str):
         """Rows the driver read (a pyarrow table) as a checkpoint of the schema (DDL): one small Spark job.
@@ -362,7 +397,7 @@ class RefreshRun:
         """The values of the batch's columns read by the driver from the files that hold its changes (a
         superset of them where those files hold other rows too, which bounds the store copy as well); None
         where its files are not read here (see driver_files)."""
-        held = self._held_batches.get(view)
+        held = self.driver.held.get(view)
         if held is not None:
             return [set(held.column(c).drop_null().unique().to_pylist()) for c in columns]
         commits = [key for key, batch in self.batches.items() if batch == view]
@@ -406,7 +441,7 @@ class RefreshRun:
         rows = arrow_frame(self.spark, held, schema)
         ranges = {c: tuple(value.as_py() for value in pc.min_max(held.column(c)).values())
                   for c in _ranged_columns(columns, ranged)}
-        self._held_batches[self._register_batch(key, rows, held.num_rows, ranges)] = held
+        self.driver.hold(self._register_batch(key, rows, held.num_rows, ranges), held)
         return True
 
     def _consolidate(self, key: tuple, columns, ranged, readers=(1,)) -> None:
@@ -439,6 +474,8 @@ class RefreshRun:
             return view
         if view not in self._hinted:
             hinted = self._hinted[view] = self.register(broadcast(self._hint_rows[view]))
+            if view in self.driver.held:
+                self.driver.hold(hinted, self.driver.held[view])
             self.batch_rows[hinted] = self.batch_rows[view]  # read by sqlgen.Sources.drives
         return self._hinted[view]
 
