@@ -467,16 +467,19 @@ class StoreRefresh:
         compact = compact_every > 0 and sequence % compact_every == 0
         crash_point("before_write")
         try:
+            # Rows the driver computed are written from there, as collected ones are.
+            held = run.driver.held.get(staged)
+            if (self.logs.available and not compact and held is not None
+                    and held.num_rows <= heuristics.COLLECTED_ROWS_MAX):
+                rows = collected = run.local_rows(staged)
+            else:
+                run.hand_over(staged)
+                rows, collected = self.spark.table(staged), None
             if not self.logs.available:
                 with run.timed("write"):
                     return self._write_sql(staged, store_columns, sequence, metadata, compact), staged, None
-            rows, collected = self.spark.table(staged), None
-            # Rows the driver computed (a local relation) are written from there, as collected ones are.
-            held = run.driver.held.get(staged)
-            held = held if held is not None and held.num_rows <= heuristics.COLLECTED_ROWS_MAX else None
-            if held is not None and not compact:
-                collected = rows
-            elif not compact and heuristics.collects_increments([w.view.get(PROPERTY_MAPS) == "yes" for w in work]):
+            maps_inline = [w.view.get(PROPERTY_MAPS) == "yes" for w in work]
+            if collected is None and not compact and heuristics.collects_increments(maps_inline):
                 with run.timed("triggers"), session_settings(self.spark, COLLECT_SETTINGS):
                     found = rows._jdf.limit(heuristics.COLLECTED_ROWS_MAX + 1).collectAsList()
                 if found.size() <= heuristics.COLLECTED_ROWS_MAX:

@@ -74,7 +74,7 @@ class RefreshRun:
         self._hinted: dict[str, str] = {}  # batch view -> a view of its rows hinted for broadcast
         self.pins: dict[tuple, str] = {}
         self.stores: dict[str, str] = {}  # map store -> the view of the rows its maps are read from
-        self._not_handed_over: dict[str, str] = {}  # view of a store copy the driver holds -> its schema (DDL)
+        self._not_handed_over: dict[str, tuple] = {}  # view of rows only the driver holds -> (schema, step)
         self.stages: dict[str, str] = {}  # a statement's stage (its SELECT) -> its view
         self.store_versions: dict[str, int] = {}
         self.store_snapshots: dict[str, TableSnapshot] = {}
@@ -200,7 +200,8 @@ class RefreshRun:
         computed = self._computed_on_driver(sql, step)
         if computed is not None:
             return computed
-        self._hand_over_read(sql)
+        for view in [v for v in self._not_handed_over if re.search(rf"\b{v}\b", sql)]:
+            self.hand_over(view)
         if not (self.materialize or always):
             return self.register(self.spark.sql(sql))
         # Checkpointed, not cached: cached blocks can be evicted and recomputed, a checkpoint is the rows
@@ -215,10 +216,30 @@ class RefreshRun:
             computed = self.driver.compute(sql)
             if computed is None:
                 return None
-            rows, schema = computed
-            view = self.register(arrow_frame(self.spark, rows, schema))
+            return self._held(*computed, step)
+
+    def _held(self, rows, schema, step: str) -> str:
+        """A view of rows the driver holds (a pyarrow table of the schema, a StructType or DDL): DuckDB reads
+        them there; Spark gets them (hand_over, its time counted to `step`) when it first reads them."""
+        view = self._view_name()
         self.driver.hold(view, rows)
+        self._not_handed_over[view] = (schema, step)
         return view
+
+    def hand_over(self, view: str) -> None:
+        """Give Spark the rows of a view the driver holds, if it does not have them yet."""
+        if view in self._not_handed_over:
+            schema, step = self._not_handed_over.pop(view)
+            with self.timed(step):
+                self.handed_over(self.driver.held[view], schema).createOrReplaceTempView(view)
+
+    def local_rows(self, view: str) -> DataFrame:
+        """The rows of a view the driver holds as Spark's local relation (collecting it runs no job), now the
+        view's rows in Spark too."""
+        if view in self._not_handed_over:
+            schema, _ = self._not_handed_over.pop(view)
+            arrow_frame(self.spark, self.driver.held[view], schema).createOrReplaceTempView(view)
+        return self.spark.table(view)
 
     def stage(self, sql: str) -> str:
         """A stage of the statements' SQL (see sqlgen), made once however many statements share it: the
@@ -257,24 +278,14 @@ class RefreshRun:
         with self.timed("store read"):
             held = self._store_on_driver(table, where)
             if held is not None:
-                # Handed to Spark when Spark first reads it (_hand_over_read): DuckDB reads the held rows.
-                self.stores[table] = self._view_name()
-                self.driver.hold(self.stores[table], held)
-                self._not_handed_over[self.stores[table]] = ", ".join(
-                    f"{quote(c)} {t}" for c, t in self.store_snapshots[table].columns)
+                schema = ", ".join(f"{quote(c)} {t}" for c, t in self.store_snapshots[table].columns)
+                self.stores[table] = self._held(held, schema, "store read")
                 return
         self.stores[table] = self.checkpoint(
             f"SELECT * FROM {self.store_rows(table, map_ids)} WHERE {where}", step="store read", always=True)
 
-    def _hand_over_read(self, sql: str) -> None:
-        """Hand the store copies the query reads that the driver holds and Spark does not have yet to Spark."""
-        for view in [v for v in self._not_handed_over if re.search(rf"\b{v}\b", sql)]:
-            with self.timed("store read"):
-                rows = self.handed_over(self.driver.held[view], self._not_handed_over.pop(view))
-                rows.createOrReplaceTempView(view)
-
-    def handed_over(self, rows, schema: str):
-        """Rows the driver read (a pyarrow table) as a checkpoint of the schema (DDL): one small Spark job.
+    def handed_over(self, rows, schema):
+        """Rows the driver holds (a pyarrow table) as a checkpoint of the schema: one small Spark job.
 
         Not the relation of rows that createDataFrame gives: Spark's analyzer copies such a relation's rows
         at every rule it applies, once per reference, so that planning grows with the rows times the
