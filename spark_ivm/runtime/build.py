@@ -17,7 +17,8 @@ from spark_ivm.runtime.mapstore import (
     ordered_rows_sql, sequence_sql, shared_value_column,
 )
 from spark_ivm.runtime.refresh import INTEGRAL_TYPES, STORE_WRITE_SETTINGS, crash_point, sources
-from spark_ivm.runtime.run import RefreshRun, parallel, session_settings, store_write_parallelism
+from spark_ivm.runtime.run import RefreshRun
+from spark_ivm.runtime.session_scope import parallel, session_settings, store_write_parallelism
 from spark_ivm.runtime.sqlgen import VALUE, statement_sql
 
 

@@ -26,7 +26,7 @@ from spark_ivm import config, heuristics
 from spark_ivm.errors import RefreshError
 from spark_ivm.runtime import top_rows
 from spark_ivm.runtime.deltalog import DeltaLogs
-from spark_ivm.runtime.run import COLLECT_SETTINGS, session_settings
+from spark_ivm.runtime.session_scope import COLLECT_SETTINGS, session_settings
 from spark_ivm.runtime.sqlgen import quote
 from spark_ivm.runtime.viewsql import (
     PROPERTY_FORM, PROPERTY_MAPS, PROPERTY_VERSION, ROWS, STORE, TOP, held_maps_sql, inlinable, literal_rows_sql,

@@ -39,7 +39,8 @@ from spark_ivm.runtime.mapstore import (
     compact_rows_sql, sequence_sql, staged_sql, union_sql,
 )
 from spark_ivm.runtime.key_conditions import Condition, MapIs, all_of, any_of
-from spark_ivm.runtime.run import COLLECT_SETTINGS, RefreshRun, session_settings, store_write_parallelism
+from spark_ivm.runtime.run import RefreshRun
+from spark_ivm.runtime.session_scope import COLLECT_SETTINGS, session_settings, store_write_parallelism
 from spark_ivm.runtime.sqlgen import VALUE, Sources, quote, statement_sql
 from spark_ivm.runtime.view_work import (
     FullRefreshNeeded, ViewRefresh, applied_versions, check_source, map_bounds, map_references, maps_read,
