@@ -40,6 +40,13 @@ def test_substrings_from_a_positive_position_run_in_duckdb():
     assert duckdb.connect().execute(sql).fetchall() == [("13", "-555")]
 
 
+def test_parts_of_dates_and_absolute_values_run_in_duckdb():
+    import duckdb
+    sql = duckdb_sql("SELECT year(`d`) AS y, month(`d`) AS m, day(`d`) AS dd, abs(-2) AS a "
+                     "FROM (SELECT DATE '1995-03-15' AS `d`) AS t")
+    assert duckdb.connect().execute(sql).fetchall() == [(1995, 3, 15, 2)]
+
+
 def test_stack_becomes_a_lateral_values_list():
     import duckdb
     sql = duckdb_sql("SELECT * FROM (SELECT stack(2, 1, CAST(`k` AS bigint), CAST(__v0 AS bigint), "

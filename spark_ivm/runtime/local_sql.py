@@ -38,7 +38,8 @@ _TOKENS = re.compile(r"'(?:[^'\\]|\\.)*'|`(?:[^`]|``)*`|<=>|\b\d+(?:\.\d+)?BD\b|
 # runtime passes) is the same in Spark and DuckDB.
 _KEYWORDS = {"select", "from", "join", "as", "in", "on", "where", "and", "or", "not", "when", "then", "else",
              "over", "by", "values", "exists", "having", "is", "case", "end", "all", "union", "distinct"}
-_FUNCTIONS = {"sum", "coalesce", "nullif", "cast", "count", "min", "max", "stack", "decimal"}
+_FUNCTIONS = {"sum", "coalesce", "nullif", "cast", "count", "min", "max", "stack", "decimal",
+              "year", "month", "day", "abs"}  # the parts of a date (timestamps are refused), absolute values
 
 
 def duckdb_sql(spark_sql: str) -> str | None:
