@@ -70,10 +70,11 @@ def duckdb_sql(spark_sql: str) -> str | None:
             refused |= name != "substring" or not _positive_substring(spark_sql, m.end() - 1)
         return token
 
-    translated = _TOKENS.sub(rewrite, spark_sql)
-    if refused:
+    try:
+        translated = _TOKENS.sub(rewrite, spark_sql)
+        return None if refused else _without_stack(translated)
+    except (ValueError, IndexError):  # not the runtime's shape of a call: left to Spark
         return None
-    return _without_stack(translated)
 
 
 def _positive_substring(sql: str, opening: int) -> bool:
@@ -84,10 +85,14 @@ def _positive_substring(sql: str, opening: int) -> bool:
     return len(args) in (2, 3) and all(a.isdigit() for a in args[1:]) and int(args[1]) > 0
 
 
+_STACK = re.compile(r"(?<![\w\"'])stack\(")
+
+
 def _without_stack(sql: str) -> str | None:
     """`SELECT stack(n, e…) AS (c…) FROM (q) AS f` (the store's rows of fused statements, see
     mapstore.fused_rows_sql) as a lateral VALUES list, which DuckDB has and Spark does not."""
-    while (start := sql.find("stack(")) >= 0:
+    while (found := _STACK.search(sql)) is not None:
+        start = found.start()
         args_end = _closing(sql, start + len("stack"))
         head = re.compile(r"\s*AS\s*\(").match(sql, args_end + 1)
         if head is None:
