@@ -493,6 +493,7 @@ class StoreRefresh:
             if collected is None and not run.materialize and compact:
                 run.materialize = True  # computed once now, for the write and for the views
                 staged = run.checkpoint(f"SELECT * FROM {staged}", step="triggers")
+                run.hand_over(staged)
                 rows = self.spark.table(staged)
             direct = collected is None and not run.materialize
             with run.timed("write"), session_settings(self.spark, STORE_WRITE_SETTINGS):

@@ -195,7 +195,8 @@ class RefreshRun:
 
     def checkpoint(self, sql: str, step: str, always: bool = False) -> str:
         """A temporary view of the query's rows: computed once now (its time counted to `step`) in a
-        materialized run or if `always`, else the query itself."""
+        materialized run or if `always`, else the query itself. Rows DuckDB computed on the driver are
+        Spark's only once a statement Spark computes reads them, or after hand_over."""
         computed = self._computed_on_driver(sql, step)
         if computed is not None:
             return computed
