@@ -118,45 +118,39 @@ def _without_stack(sql: str) -> str | None:
     return sql
 
 
-def _closing(sql: str, opening: int) -> int:
-    """The index of the parenthesis that closes the one at `opening` (strings and identifiers skipped)."""
-    depth, i = 0, opening
+def _outside_strings(sql: str, start: int = 0):
+    """(index, character, depth of parentheses after it) of each character from `start` that is not within
+    a string literal or a quoted identifier."""
+    depth, i = 0, start
     while i < len(sql):
         c = sql[i]
-        if c in "'\"":
-            i = sql.index(c, i + 1) if c == '"' else _string_end(sql, i)
-        elif c == "(":
-            depth += 1
-        elif c == ")":
-            depth -= 1
-            if depth == 0:
-                return i
+        if c == '"':
+            i = sql.index(c, i + 1)
+        elif c == "'":
+            i += 1
+            while sql[i] != "'":
+                i += 2 if sql[i] == "\\" else 1
+        else:
+            depth += (c == "(") - (c == ")")
+            yield i, c, depth
         i += 1
+
+
+def _closing(sql: str, opening: int) -> int:
+    """The index of the parenthesis that closes the one at `opening`."""
+    for i, c, depth in _outside_strings(sql, opening):
+        if c == ")" and depth == 0:
+            return i
     raise ValueError("unbalanced parentheses")
-
-
-def _string_end(sql: str, start: int) -> int:
-    i = start + 1
-    while sql[i] != "'":
-        i += 2 if sql[i] == "\\" else 1
-    return i
 
 
 def _split(args: str) -> list[str]:
     """Top-level comma-separated parts."""
-    parts, depth, last, i = [], 0, 0, 0
-    while i < len(args):
-        c = args[i]
-        if c in "'\"":
-            i = args.index(c, i + 1) if c == '"' else _string_end(args, i)
-        elif c == "(":
-            depth += 1
-        elif c == ")":
-            depth -= 1
-        elif c == "," and depth == 0:
+    parts, last = [], 0
+    for i, c, depth in _outside_strings(args):
+        if c == "," and depth == 0:
             parts.append(args[last:i].strip())
             last = i + 1
-        i += 1
     parts.append(args[last:].strip())
     return parts
 
