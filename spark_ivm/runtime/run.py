@@ -570,8 +570,8 @@ def without_inflated_size_estimate(spark, checkpointed):
     return DataFrame(plain, spark)
 
 
-def arrow_frame(spark, rows, schema: str) -> DataFrame:
-    """A DataFrame of the schema (DDL) of the rows of a pyarrow table that the driver read.
+def arrow_frame(spark, rows, schema) -> DataFrame:
+    """A DataFrame of the schema (DDL or a StructType) of the rows of a pyarrow table the driver holds.
 
     Without the table's empty record batches: PySpark hands a table over as a stream of its batches, and
     that stream as read ends at the first empty one, so that every row after it would be lost without an
