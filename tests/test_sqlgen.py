@@ -28,6 +28,7 @@ from spark_ivm.calculus.parser import parse
 from spark_ivm.compiler.plan import Statement
 from spark_ivm.runtime.fused import Fused, fuse, fused_sql, shared_products, trigger_items, with_families, with_shared
 from spark_ivm.runtime.key_conditions import map_conditions
+from spark_ivm.runtime.local_sql import duckdb_sql
 from spark_ivm.runtime.sqlgen import (
     MULTIPLICITY, VALUE, Sources, quote, statement_sql,
 )
@@ -128,24 +129,10 @@ class DuckDatabase:
 
 # The generated SQL differs from DuckDB's only in identifier quoting, the NULL-safe equality and
 # decimal literals (the functions the corpus and TPC-H use, CASE, COALESCE, IN, LIKE, substring,
-# year and arithmetic, are spelled alike; try_divide is a macro), so a token-level rewrite suffices;
-# it is ~100 times faster than a sqlglot transpile of the large nested statements.
-_TOKENS = re.compile(r"'(?:[^'\\]|\\.)*'|`(?:[^`]|``)*`|<=>|\b\d+(?:\.\d+)?BD\b")
-
-
-def _duckdb_token(m: re.Match) -> str:
-    token = m.group(0)
-    if token == "<=>":
-        return " IS NOT DISTINCT FROM "
-    if token.startswith("`"):
-        return '"' + token[1:-1].replace("``", "`").replace('"', '""') + '"'
-    if token.endswith("BD"):
-        return token[:-2]  # a decimal literal in both
-    return token
-
-
+# year and arithmetic, are spelled alike; try_divide is a macro), so the runtime's token-level rewrite
+# suffices; it is ~100 times faster than a sqlglot transpile of the large nested statements.
 def to_duckdb(spark_sql: str) -> str:
-    return _TOKENS.sub(_duckdb_token, spark_sql)
+    return duckdb_sql(spark_sql, checked=False)
 
 
 def _norm(v):

@@ -474,8 +474,7 @@ class StoreRefresh:
                     and held.num_rows <= heuristics.COLLECTED_ROWS_MAX):
                 rows = collected = run.local_rows(staged)
             else:
-                run.hand_over(staged)
-                rows, collected = self.spark.table(staged), None
+                rows, collected = run.frame(staged), None
             if not self.logs.available:
                 with run.timed("write"):
                     return self._write_sql(staged, store_columns, sequence, metadata, compact), staged, None
@@ -493,8 +492,7 @@ class StoreRefresh:
             if collected is None and not run.materialize and compact:
                 run.materialize = True  # computed once now, for the write and for the views
                 staged = run.checkpoint(f"SELECT * FROM {staged}", step="triggers")
-                run.hand_over(staged)
-                rows = self.spark.table(staged)
+                rows = run.frame(staged)
             direct = collected is None and not run.materialize
             with run.timed("write"), session_settings(self.spark, STORE_WRITE_SETTINGS):
                 if compact:
@@ -504,7 +502,7 @@ class StoreRefresh:
                     with session_settings(self.spark, parallelism):
                         compacted = self.spark.sql(compact_rows_sql(rows_of, staged, store_columns, partitions))
                         self.logs.overwrite(store, compacted, metadata, replacing=files)
-                    written = self.spark.table(staged).count()  # the refresh's rows, not the store's
+                    written = run.frame(staged).count()  # the refresh's rows, not the store's
                 else:
                     commit = self.logs.append(store, rows, metadata, held=collected is not None)
                     written = commit.rows

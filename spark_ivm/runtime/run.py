@@ -196,7 +196,7 @@ class RefreshRun:
     def checkpoint(self, sql: str, step: str, always: bool = False) -> str:
         """A temporary view of the query's rows: computed once now (its time counted to `step`) in a
         materialized run or if `always`, else the query itself. Rows DuckDB computed on the driver are
-        Spark's only once a statement Spark computes reads them, or after hand_over."""
+        Spark's only once a statement Spark computes reads them: read them as a DataFrame through `frame`."""
         computed = self._computed_on_driver(sql, step)
         if computed is not None:
             return computed
@@ -232,6 +232,11 @@ class RefreshRun:
             schema, step = self._not_handed_over.pop(view)
             with self.timed(step):
                 self.handed_over(self.driver.held[view], schema).createOrReplaceTempView(view)
+
+    def frame(self, view: str) -> DataFrame:
+        """A view's rows as a Spark DataFrame: what reads a view outside the SQL of a checkpoint reads it here."""
+        self.hand_over(view)
+        return self.spark.table(view)
 
     def local_rows(self, view: str) -> DataFrame:
         """The rows of a view the driver holds as Spark's local relation (collecting it runs no job), now the
