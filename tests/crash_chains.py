@@ -9,6 +9,7 @@ crash tests, run last, read the outcome (`outcome`). Each worker is a process of
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -59,6 +60,10 @@ class Chains:
         self._pool = ThreadPoolExecutor(2, thread_name_prefix="crash-chain")
         self._refreshes: Future | None = None
         self._ddl: Future | None = None
+        # Each worker gets its own copy of this environment: with env=None, a worker started while the test
+        # session's thread sets a variable (the Spark session does, when it starts) can read the process's
+        # environment while it is reallocated, and fail to start ("Bad address").
+        self._environment = dict(os.environ)
 
     def start(self, steps: list[str], ddl: bool, folder: Path) -> None:
         self._refreshes = self._pool.submit(self._refresh_chain, folder / "crash" / "wh", steps)
@@ -81,7 +86,8 @@ class Chains:
             if self._stopped:
                 return Run(subprocess.CompletedProcess(args, -1, "", "not run: the test session ended"))
             proc = subprocess.Popen([sys.executable, str(WORKER), str(warehouse), *args], stdout=subprocess.PIPE,
-                                    stderr=subprocess.PIPE, text=True, cwd=str(WORKER.parent))
+                                    stderr=subprocess.PIPE, text=True, cwd=str(WORKER.parent),
+                                    env=self._environment)
             self._running.add(proc)
         try:
             out, err = proc.communicate(timeout=TIMEOUT)
