@@ -44,19 +44,22 @@ def _added(spark, table: str) -> dict:
 
 
 def test_held_rows_read_back_as_sparks_append_with_its_statistics(spark, fresh_db):
-    for table in ("by_spark", "by_driver"):
+    for table in ("by_spark", "by_driver", "by_arrow"):
         spark.sql(f"CREATE TABLE {table} ({COLUMNS}) USING delta TBLPROPERTIES (delta.appendOnly = true)")
     logs = DeltaLogs(spark)
-    for table, held in (("by_spark", False), ("by_driver", True)):
+    for table, held in (("by_spark", False), ("by_driver", True), ("by_arrow", True)):
         snapshot = logs.snapshot(f"{fresh_db}.{table}")
         assert driver_files.writable(snapshot)
         values = spark.sql(f"SELECT * FROM VALUES {ROWS} AS r({', '.join(c.split()[0] for c in COLUMNS.split(', '))})")
         # Rows held by the driver as a refresh holds its increments: a local relation.
         rows = DataFrame(spark._jsparkSession.createDataFrame(values._jdf.collectAsList(), values._jdf.schema()), spark)
+        # by_arrow: the same rows as an Arrow table in wider types, as DuckDB computes them.
+        arrow = _widened(rows.toArrow()) if table == "by_arrow" else None
+        assert arrow is None or driver_files.as_written(snapshot, arrow) is not None  # written as it is
         sc = spark.sparkContext
         sc.setJobGroup(f"append_{table}", "append")
         try:
-            logs.append(snapshot, rows if held else rows.coalesce(1), "{}", held=held)  # one file each
+            logs.append(snapshot, rows if held else rows.coalesce(1), "{}", held=held, arrow=arrow)  # one file each
         finally:
             sc.setLocalProperty("spark.jobGroup.id", None)
         jobs = sc.statusTracker().getJobIdsForGroup(f"append_{table}")
@@ -65,20 +68,54 @@ def test_held_rows_read_back_as_sparks_append_with_its_statistics(spark, fresh_d
     def rows_of(table):
         return sorted((tuple(str(v) for v in r) for r in spark.table(table).collect()))
 
-    assert rows_of("by_driver") == rows_of("by_spark")
+    assert rows_of("by_driver") == rows_of("by_spark") == rows_of("by_arrow")
     assert [(f.name, f.dataType) for f in spark.table("by_driver").schema] == \
-           [(f.name, f.dataType) for f in spark.table("by_spark").schema]
-    ours, delta = (json.loads(_added(spark, t)["stats"]) for t in ("by_driver", "by_spark"))
-    assert ours["numRecords"] == delta["numRecords"] == 3
-    assert ours["nullCount"] == delta["nullCount"]
-    for bound in ("minValues", "maxValues"):
-        assert ours[bound] == {c: delta[bound][c] for c in ("map_id", "t", "s", "k", "d")}
+           [(f.name, f.dataType) for f in spark.table("by_spark").schema] == \
+           [(f.name, f.dataType) for f in spark.table("by_arrow").schema]
+    delta = json.loads(_added(spark, "by_spark")["stats"])
+    for ours in (json.loads(_added(spark, t)["stats"]) for t in ("by_driver", "by_arrow")):
+        assert ours["numRecords"] == delta["numRecords"] == 3
+        assert ours["nullCount"] == delta["nullCount"]
+        for bound in ("minValues", "maxValues"):
+            assert ours[bound] == {c: delta[bound][c] for c in ("map_id", "t", "s", "k", "d")}
+    ours = json.loads(_added(spark, "by_driver")["stats"])
     # Delta skips the file by the statistics written here, and keeps it where they say nothing.
     assert spark.table("by_driver").where("k > 9223372036854775806").count() == 1
     assert spark.table("by_driver").where("d = DATE '2000-01-01'").count() == 0
     assert spark.table("by_driver").where("v = -0.0001").count() == 1
     assert ours["tightBounds"] is True
     assert Decimal("-0.0001") in [r["v"] for r in spark.table("by_driver").collect()]
+
+
+def _widened(rows: pa.Table) -> pa.Table:
+    """The rows with their integers as BIGINT and their decimals at a larger scale: DuckDB's result types."""
+    def wider(column: pa.ChunkedArray) -> pa.ChunkedArray:
+        if pa.types.is_integer(column.type):
+            return column.cast(pa.int64())
+        return column.cast(pa.decimal128(38, 6)) if pa.types.is_decimal(column.type) else column
+    return pa.table([wider(c) for c in rows.columns], names=rows.column_names)
+
+
+class _Table:
+    columns = (("k", "int"), ("v", "decimal(10,2)"), ("name", "string"))
+
+
+def test_held_arrow_rows_are_cast_to_the_tables_types_only_where_no_value_changes():
+    def table(k, v, name=pa.array(["a"])):
+        return pa.table({"name": name, "v": v, "k": k})  # in another order than the table's
+
+    exact = driver_files.as_written(_Table, table(pa.array([7], pa.int64()), pa.array([Decimal("1.5")],
+                                                                                      pa.decimal128(38, 6))))
+    assert exact.schema == driver_files.table_schema(_Table)
+    assert exact.to_pylist() == [{"k": 7, "v": Decimal("1.50"), "name": "a"}]
+    refused = [
+        table(pa.array([2 ** 40], pa.int64()), pa.array([Decimal("1.5")])),  # out of INT's range
+        table(pa.array([7]), pa.array([Decimal("1.505")])),  # Spark's CAST would round it
+        table(pa.array([7]), pa.array([1.5])),  # a double: Spark's CAST decides
+        table(pa.array([7]), pa.array([Decimal("1.5")]), name=pa.array([1])),  # not a string
+        pa.table({"k": [7], "v": pa.array([Decimal("1.5")])}),  # no name
+    ]
+    assert [driver_files.as_written(_Table, rows) for rows in refused] == [None] * len(refused)
 
 
 @pytest.mark.parametrize("definition", [

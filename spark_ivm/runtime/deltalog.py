@@ -23,6 +23,8 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from decimal import Decimal
 
+import pyarrow as pa
+
 from spark_ivm import heuristics
 from spark_ivm.errors import IVMError
 from spark_ivm.runtime import driver_files
@@ -403,19 +405,22 @@ class DeltaLogs:
         return jvm.org.apache.spark.sql.classic.Dataset.ofRows(self._js, scan)
 
     # -- writes --------------------------------------------------------------------------------------------
-    def append(self, snapshot: TableSnapshot, df, user_metadata: str, held: bool = False) -> Written:
+    def append(self, snapshot: TableSnapshot, df, user_metadata: str, held: bool = False,
+               arrow: pa.Table | None = None) -> Written:
         """Append the DataFrame's rows to the table in one commit with the user metadata, as a transaction
         that read the whole table as of `snapshot`: Delta refuses the commit (ConcurrentCommitError) if any
         commit after that version added or removed files, so two writes computed from one version never
         both land. `held`: the DataFrame's rows are on the driver (a local relation), so that, where the
-        table allows it, they are written from there without a Spark job (see driver_files)."""
-        return self._write(snapshot, df, user_metadata, overwrite=False, held=held)
+        table allows it, they are written from there without a Spark job (see driver_files); `arrow`: the same
+        rows as an Arrow table the driver holds, written as they are where their types allow it."""
+        return self._write(snapshot, df, user_metadata, overwrite=False, held=held or arrow is not None, arrow=arrow)
 
     def append_rows(self, snapshot: TableSnapshot, rows: list[tuple], user_metadata: str) -> Written:
         """Append rows the driver holds (tuples in the table's column order and types; the table must be
         driver_files.writable) as one file it writes, without a Spark job. The rows do not depend on the
         table's, so the commit lands beside other appends made after `snapshot`, as INSERT does."""
-        return self._write(snapshot, None, user_metadata, overwrite=False, rows=rows)
+        return self._write(snapshot, None, user_metadata, overwrite=False,
+                           rows=driver_files.rows_table(snapshot, rows))
 
     def overwrite(self, snapshot: TableSnapshot, df, user_metadata: str, replacing: FileSubset | None = None
                   ) -> Written:
@@ -424,10 +429,11 @@ class DeltaLogs:
         return self._write(snapshot, df, user_metadata, overwrite=True, replacing=replacing)
 
     def _write(self, snapshot: TableSnapshot, df, user_metadata: str, overwrite: bool,
-               replacing: FileSubset | None = None, held: bool = False, rows: list[tuple] | None = None
-               ) -> Written:
-        """The write of append or overwrite; `rows`: instead of the DataFrame, rows the driver writes, in a
-        commit that reads nothing of the table (see append_rows)."""
+               replacing: FileSubset | None = None, held: bool = False, arrow: pa.Table | None = None,
+               rows: pa.Table | None = None) -> Written:
+        """The write of append or overwrite; `rows`: instead of the DataFrame, rows the driver writes (an Arrow
+        table of the table's schema), in a commit that reads nothing of the table (see append_rows); `arrow`: see
+        append."""
         jvm = self.spark._jvm
         delta_log, jsnapshot, meta = snapshot.handle
         option = jvm.scala.Option
@@ -438,8 +444,10 @@ class DeltaLogs:
             df = df.selectExpr(*(f"CAST(`{c.replace('`', '``')}` AS {t}) AS `{c.replace('`', '``')}`"
                                  for c, t in snapshot.columns))
         if held and not overwrite and driver_files.writable(snapshot):
-            # A projection of a local relation: Spark computes it while planning, no job.
-            rows = [tuple(r) for r in df.collect()]
+            rows = driver_files.as_written(snapshot, arrow) if arrow is not None else None
+            if rows is None:
+                # A projection of a local relation: Spark computes it while planning, no job.
+                rows = driver_files.rows_table(snapshot, [tuple(r) for r in df.collect()])
         if rows is not None:
             add = driver_files.write_file(snapshot, rows)
             action = getattr(getattr(jvm.org.apache.spark.sql.delta.actions, "Action$"), "MODULE$").fromJson(add)

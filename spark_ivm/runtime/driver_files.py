@@ -81,24 +81,58 @@ def writable(snapshot) -> bool:
             and all(arrow_type(t) is not None for _, t in snapshot.columns))
 
 
-def write_file(snapshot, rows: list[tuple]) -> str:
-    """Write the rows (in the table's column order and types) as one Parquet file in the table's folder;
-    the AddFile action of it, in Delta's log format (JSON)."""
-    names = [c for c, _ in snapshot.columns]
-    types = [t for _, t in snapshot.columns]
-    schema = pa.schema([pa.field(c, arrow_type(t)) for c, t in zip(names, types)])
-    columns = [list(column) for column in zip(*rows)] if rows else [[] for _ in names]
-    table = pa.table([pa.array(values, type=f.type) for values, f in zip(columns, schema)], schema=schema)
+def table_schema(snapshot) -> pa.Schema:
+    """The Arrow schema of the table's columns, as written here."""
+    return pa.schema([pa.field(c, arrow_type(t)) for c, t in snapshot.columns])
+
+
+def rows_table(snapshot, rows: list[tuple]) -> pa.Table:
+    """Rows (tuples in the table's column order and types) as an Arrow table of its schema."""
+    schema = table_schema(snapshot)
+    columns = [list(column) for column in zip(*rows)] if rows else [[] for _ in schema]
+    return pa.table([pa.array(values, type=f.type) for values, f in zip(columns, schema)], schema=schema)
+
+
+def as_written(snapshot, rows: pa.Table) -> pa.Table | None:
+    """The rows of an Arrow table as the table's columns (found by name) in its types; None where a column is
+    missing or a value would change in the cast. Only casts between integers and decimals are made here, and
+    Arrow makes them only where no value changes, so they agree with Spark's CAST; any other difference of
+    type is left to Spark's."""
+    schema = table_schema(snapshot)
+    columns = []
+    for field in schema:
+        if field.name not in rows.column_names:
+            return None
+        column = rows.column(field.name)
+        if column.type != field.type:
+            if not (_exact_number(column.type) and _exact_number(field.type)):
+                return None
+            try:
+                column = column.cast(field.type)  # a safe cast: it raises where a value would change
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+                return None
+        columns.append(column)
+    return pa.table(columns, schema=schema)
+
+
+def _exact_number(arrow: pa.DataType) -> bool:
+    return pa.types.is_integer(arrow) or pa.types.is_decimal(arrow)
+
+
+def write_file(snapshot, rows: pa.Table) -> str:
+    """Write the rows (an Arrow table of the table's schema, see as_written and rows_table) as one Parquet file
+    in the table's folder; the AddFile action of it, in Delta's log format (JSON)."""
     name = f"part-00000-{uuid.uuid4()}-c000.snappy.parquet"
     path = os.path.join(local_folder(snapshot.location), name)
-    pq.write_table(table, path, compression="snappy")
-    nulls = {c: sum(v is None for v in values) for c, values in zip(names, columns)}
+    pq.write_table(rows, path, compression="snappy")
+    nulls = {c: rows.column(c).null_count for c, _ in snapshot.columns}
     low, high = {}, {}
-    for c, t, values in zip(names, types, columns):
-        present = [v for v in values if v is not None]
-        if present and (t in _INTEGERS or t == "date"):
-            low[c], high[c] = _stat(min(present)), _stat(max(present))
-    stats = {"numRecords": len(rows), "minValues": low, "maxValues": high, "nullCount": nulls, "tightBounds": True}
+    for c, t in snapshot.columns:
+        if (t in _INTEGERS or t == "date") and rows.column(c).null_count < rows.num_rows:
+            bounds = pc.min_max(rows.column(c))
+            low[c], high[c] = _stat(bounds["min"].as_py()), _stat(bounds["max"].as_py())
+    stats = {"numRecords": rows.num_rows, "minValues": low, "maxValues": high, "nullCount": nulls,
+             "tightBounds": True}
     add = {"path": name, "partitionValues": {}, "size": os.path.getsize(path),
            "modificationTime": int(time.time() * 1000), "dataChange": True,
            "stats": json.dumps(stats, separators=(",", ":"))}

@@ -504,7 +504,8 @@ class StoreRefresh:
                         self.logs.overwrite(store, compacted, metadata, replacing=files)
                     written = run.frame(staged).count()  # the refresh's rows, not the store's
                 else:
-                    commit = self.logs.append(store, rows, metadata, held=collected is not None)
+                    commit = self.logs.append(store, rows, metadata, held=collected is not None,
+                                              arrow=held if collected is not None else None)
                     written = commit.rows
                     if direct:
                         staged = run.register(self.logs.written_rows(store, commit))
