@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import datetime
 import json
+import os
+import shutil
 from decimal import Decimal
 
 import numpy as np
@@ -330,3 +332,27 @@ def test_rows_at_positions_are_read_in_order_decoding_no_further_than_the_last(t
     monkeypatch.setattr(pq.ParquetFile, "iter_batches", counted)
     list(driver_files._rows_at(parquet, np.array([3, 70], dtype=np.int64), ["k"]))
     assert sum(decoded) == 128  # two batches of the first row group, none after
+
+
+def test_a_table_replaced_by_another_process_is_read_as_it_is_now(spark, fresh_db):
+    """The latest snapshot Delta holds is taken without listing the log only while the log shows nothing
+    after it (DeltaLogs._latest): a table dropped and created again elsewhere, up to the same version, is
+    told apart by its last commit file."""
+    logs = DeltaLogs(spark)
+    for table, value in (("replaced", 1), ("replacement", 2)):
+        spark.sql(f"CREATE TABLE {table} (k BIGINT) USING delta")
+        for _ in range(3):
+            spark.sql(f"INSERT INTO {table} VALUES ({value})")
+    old, new = (logs.snapshot(f"{fresh_db}.{t}") for t in ("replaced", "replacement"))
+    assert old.version == new.version == 3 and old.table_id != new.table_id
+    assert logs.snapshot(f"{fresh_db}.replaced").table_id == old.table_id  # Delta's own snapshot, as it was
+    # What another process's DROP and CREATE would leave, unseen by this session's Delta: the other table's
+    # files (their modification times kept) where this one's were.
+    folder, other = (driver_files.local_folder(s.location) for s in (old, new))
+    shutil.rmtree(folder)
+    shutil.copytree(other, folder)
+    now = logs.snapshot(f"{fresh_db}.replaced")
+    assert (now.version, now.table_id) == (3, new.table_id)
+    spark.sql(f"INSERT INTO {fresh_db}.replacement VALUES (3)")  # a later commit is read too
+    shutil.copy2(os.path.join(other, "_delta_log", f"{4:020d}.json"), os.path.join(folder, "_delta_log"))
+    assert logs.snapshot(f"{fresh_db}.replaced").version == 4

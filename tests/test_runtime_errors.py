@@ -282,10 +282,11 @@ def test_refresh_after_a_column_the_view_reads_was_renamed_needs_full(ivm):
     spark.sql("DROP INCREMENTAL VIEW sv")
 
 
-@pytest.mark.parametrize("new_versions", [1, 6], ids=["fewer versions", "more versions"])
+@pytest.mark.parametrize("new_versions", [1, 3, 6], ids=["fewer versions", "as many versions", "more versions"])
 def test_refresh_after_a_source_was_dropped_and_created_again_is_refused_under_incremental(ivm, new_versions):
     # The new table's versions count from 0 again, and may pass the ones the view applied: only its
-    # Delta table id tells it from the old one. Its rows must never be taken for changes of the old.
+    # Delta table id tells it from the old one. Its rows must never be taken for changes of the old. With
+    # as many versions, the new table's latest commit file has the old one's name (see DeltaLogs._latest).
     spark = ivm
     rc, rcv = f"rc{new_versions}", f"rcv{new_versions}"
     spark.sql(f"CREATE TABLE {rc} (g STRING, v INT) USING delta")

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -129,6 +130,9 @@ class DeltaLogs:
         # A commit's file never changes: its actions by (table id, version), the latest ones read.
         self._actions: OrderedDict[tuple[str, int], list[dict]] = OrderedDict()
         self._lock = threading.Lock()
+        self._statics: dict[str, object] = {}
+        self._json_mapper = None
+        self._write_defaults = None
 
     @property
     def available(self) -> bool:
@@ -137,7 +141,32 @@ class DeltaLogs:
     def as_python(self, value):
         """A JVM object (a Scala map or sequence, Delta's actions) as Python values, through its JSON: one
         call, where iterating it from Python takes a call per element and an exception at its end."""
-        return json.loads(self.spark._jvm.org.apache.spark.sql.delta.util.JsonUtils.mapper().writeValueAsString(value))
+        if self._json_mapper is None:
+            self._json_mapper = self._static("org.apache.spark.sql.delta.util.JsonUtils.mapper")()
+        return json.loads(self._json_mapper.writeValueAsString(value))
+
+    def _static(self, path: str):
+        """The static member `package.Class.member` of a JVM class (a method, or a class nested in it),
+        looked up once: py4j asks the JVM about each part of a dotted name at every use, a round trip each."""
+        member = self._statics.get(path)
+        if member is None:
+            name, _, attribute = path.rpartition(".")
+            member = self._statics[path] = getattr(self._class(name), attribute)
+        return member
+
+    def _option(self, value):
+        """Scala's Option of a value: Some(value), or None for None (see _static)."""
+        return self._static("scala.Option.apply")(value)
+
+    def _scala(self, java_list):
+        """A Java list (or a Python list, which py4j passes as one) as a Scala collection."""
+        return self._static("scala.jdk.javaapi.CollectionConverters.asScala")(java_list)
+
+    def _class(self, name: str):
+        """A JVM class by its full name, without a round trip (see _static)."""
+        from py4j.java_gateway import JavaClass  # classic Spark only: Spark Connect's client has no py4j
+
+        return JavaClass(name, self.spark._jvm._gateway_client)
 
     # -- snapshots -----------------------------------------------------------------------------------------
     def catalog_tables(self, tables) -> dict[str, object]:
@@ -154,9 +183,9 @@ class DeltaLogs:
             databases.setdefault(name.database().get(), []).append(table)
         found: dict[str, object] = dict.fromkeys(names)
         for tables_of in databases.values():
-            wanted = self.spark._jvm.java.util.ArrayList([names[t] for t in tables_of])
+            wanted = self._class("java.util.ArrayList")([names[t] for t in tables_of])
             try:
-                metas = catalog.getTablesByName(self.spark._jvm.scala.jdk.javaapi.CollectionConverters.asScala(wanted).toSeq())
+                metas = catalog.getTablesByName(self._scala(wanted).toSeq())
             except Exception as exc:
                 if any(name in str(exc) for name in _MISSING):
                     continue  # no such database
@@ -169,7 +198,7 @@ class DeltaLogs:
     def snapshot(self, table: str, meta=None) -> TableSnapshot | None:
         """The table's latest snapshot; None when no table has the name. Raises NotDeltaError for another
         kind of table or a view. meta: the table's catalog metadata, when looked up (see catalog_tables)."""
-        jvm, js = self.spark._jvm, self._js
+        js = self._js
         if meta is None:
             meta = self.catalog_tables([table])[table]
             if meta is None:
@@ -177,9 +206,8 @@ class DeltaLogs:
         provider = meta.provider().get() if meta.provider().isDefined() else meta.tableType().name().lower()
         if provider.lower() != "delta":
             raise NotDeltaError(f"{table} is not a Delta table (format {provider})")
-        delta_log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(js, meta)
-        option = jvm.scala.Option
-        snapshot = delta_log.update(False, option.empty(), option.apply(meta))
+        delta_log = self._static("org.apache.spark.sql.delta.DeltaLog.forTable")(js, meta)
+        snapshot = self._latest(delta_log, meta)
         if snapshot.version() < 0:
             return None
         metadata = snapshot.metadata()
@@ -197,6 +225,30 @@ class DeltaLogs:
             not_null=frozenset(f.name for f in schema.fields if not f.nullable),
         )
 
+    def _latest(self, delta_log, meta):
+        """The table's latest JVM snapshot.
+
+        Delta's update lists the table's whole log folder where it is on a local file system (a file status
+        per commit file kept, which grows with the table's history), though a refresh mostly finds no new
+        commit. So where the folder is on this machine, the snapshot Delta holds is taken as it is when the
+        log shows nothing after it: no commit file of the next version, the commit file of its version the
+        one it read (same modification time: not a table dropped and created again at the same place), and
+        no commit staged by a commit coordinator."""
+        held = delta_log.unsafeVolatileSnapshot()
+        folder = driver_files.local_folder(str(delta_log.logPath().toString()))
+        version = held.version()
+        if folder is not None and version >= 0:
+            try:
+                read = os.stat(os.path.join(folder, f"{version:020d}.json")).st_mtime_ns // 1_000_000
+                staged = os.path.join(folder, "_staged_commits")
+                if (not os.path.exists(os.path.join(folder, f"{version + 1:020d}.json"))
+                        and not (os.path.isdir(staged) and os.listdir(staged))
+                        and read == held.logSegment().lastCommitFileModificationTimestamp()):
+                    return held
+            except OSError:  # no commit file of the version: Delta's update says what the table is now
+                pass
+        return delta_log.update(False, self._option(None), self._option(meta))
+
     # -- commits -------------------------------------------------------------------------------------------
     def actions(self, snapshot: TableSnapshot, version: int) -> list[dict]:
         """The actions of one commit of the table (each a dict with one key: add, remove, cdc, commitInfo, …).
@@ -207,7 +259,7 @@ class DeltaLogs:
                 self._actions.move_to_end(key)
                 return self._actions[key]
         delta_log = snapshot.handle[0]
-        path = self.spark._jvm.org.apache.hadoop.fs.Path(delta_log.logPath(), f"{version:020d}.json")
+        path = self._class("org.apache.hadoop.fs.Path")(delta_log.logPath(), f"{version:020d}.json")
         lines = delta_log.store().read(path, delta_log.newDeltaHadoopConf()).iterator()
         actions = []
         while lines.hasNext():
@@ -313,9 +365,8 @@ class DeltaLogs:
         as it is, deletion vectors applied."""
         delta_log, at_version, meta = snapshot.handle
         if version != snapshot.version:
-            option = self.spark._jvm.scala.Option
             try:
-                at_version = delta_log.getSnapshotAt(version, option.empty(), option.apply(meta), False)
+                at_version = delta_log.getSnapshotAt(version, self._option(None), self._option(meta), False)
             except Exception:  # the version's commits are gone (log cleanup): read the table by name
                 return None
         listed = self._listed_files(snapshot, at_version)
@@ -358,7 +409,7 @@ class DeltaLogs:
         """The AddFiles the snapshot's checksum lists (a Scala sequence); None when it lists none. jsnapshot:
         the JVM snapshot of an older version of the table, whose checksum to read instead."""
         checksum = (snapshot.handle[1] if jsnapshot is None else jsnapshot).checksumOpt()
-        listed = checksum.get().allFiles() if checksum.isDefined() else self.spark._jvm.scala.Option.empty()
+        listed = checksum.get().allFiles() if checksum.isDefined() else self._static("scala.Option.empty")()
         return listed.get() if listed.isDefined() else None
 
     def _frame(self, snapshot: TableSnapshot, files, jsnapshot=None, plain: bool = False):
@@ -366,12 +417,11 @@ class DeltaLogs:
         jsnapshot: the JVM snapshot of an older version of the table they are files of."""
         from pyspark.sql import DataFrame
 
-        jvm = self.spark._jvm
         delta_log, latest, _ = snapshot.handle
         jsnapshot = latest if jsnapshot is None else jsnapshot
         if isinstance(files, list):
-            files = jvm.scala.jdk.javaapi.CollectionConverters.asScala(files).toList()
-        jdf = delta_log.createDataFrame(jsnapshot, files, False, jvm.scala.Option.empty())
+            files = self._scala(files).toList()
+        jdf = delta_log.createDataFrame(jsnapshot, files, False, self._static("scala.Option.empty")())
         if plain and self._plain_parquet(jsnapshot, files):
             jdf = self._parquet_scan(jdf)
         return DataFrame(jdf, self.spark)
@@ -393,16 +443,15 @@ class DeltaLogs:
         the file list on the driver each time a query that reads the scan is planned, to find that no file
         has a deletion vector; the files, schema (with its NOT NULL columns) and statistics stay as Delta
         gave them."""
-        jvm = self.spark._jvm
         scan = jdf.queryExecution().logical()
         if not scan.getClass().getName().endswith(".LogicalRelation"):  # no files: Delta gives empty rows
             return jdf
         relation = scan.relation()
-        parquet = jvm.org.apache.spark.sql.execution.datasources.parquet.ParquetFileFormat()
+        parquet = self._class("org.apache.spark.sql.execution.datasources.parquet.ParquetFileFormat")()
         relation = relation.copy(relation.location(), relation.partitionSchema(), relation.dataSchema(),
                                  relation.bucketSpec(), parquet, relation.options(), self._js)
         scan = scan.copy(relation, scan.output(), scan.catalogTable(), scan.isStreaming(), scan.stream())
-        return jvm.org.apache.spark.sql.classic.Dataset.ofRows(self._js, scan)
+        return self._static("org.apache.spark.sql.classic.Dataset.ofRows")(self._js, scan)
 
     # -- writes --------------------------------------------------------------------------------------------
     def append(self, snapshot: TableSnapshot, df, user_metadata: str, held: bool = False,
@@ -434,10 +483,8 @@ class DeltaLogs:
         """The write of append or overwrite; `rows`: instead of the DataFrame, rows the driver writes (an Arrow
         table of the table's schema), in a commit that reads nothing of the table (see append_rows); `arrow`: see
         append."""
-        jvm = self.spark._jvm
         delta_log, jsnapshot, meta = snapshot.handle
-        option = jvm.scala.Option
-        txn = delta_log.startTransaction(option.apply(meta), option.apply(jsnapshot))
+        txn = delta_log.startTransaction(self._option(meta), self._option(jsnapshot))
         if rows is None:
             txn.readWholeTable()
             # A transaction writes the rows' own types: cast them to the table's, as INSERT does.
@@ -450,15 +497,15 @@ class DeltaLogs:
                 rows = driver_files.rows_table(snapshot, [tuple(r) for r in df.collect()])
         if rows is not None:
             add = driver_files.write_file(snapshot, rows)
-            action = getattr(getattr(jvm.org.apache.spark.sql.delta.actions, "Action$"), "MODULE$").fromJson(add)
-            files = jvm.scala.jdk.javaapi.CollectionConverters.asScala([action]).toList()
+            action = self._static("org.apache.spark.sql.delta.actions.Action$.MODULE$").fromJson(add)
+            files = self._scala([action]).toList()
         else:
             files = txn.writeFiles(df._jdf)
         actions = files
         if overwrite:
             removed = [f.remove() for f in (replacing.files if replacing else jsnapshot.allFiles().collectAsList())]
-            actions = files.appendedAll(jvm.scala.jdk.javaapi.CollectionConverters.asScala(removed).toList())
-        operation = _write_operation(jvm, self.spark.sparkContext._gateway, user_metadata, overwrite)
+            actions = files.appendedAll(self._scala(removed).toList())
+        operation = self._write_operation(user_metadata, overwrite)
         try:
             version = txn.commit(actions, operation)
         except Exception as exc:
@@ -473,6 +520,19 @@ class DeltaLogs:
             stats = added.next().stats()
             rows += json.loads(stats)["numRecords"] if stats else 0
         return Written(int(version), rows, files)
+
+    def _write_operation(self, user_metadata: str, overwrite: bool):
+        """Delta's WRITE operation (append or overwrite) carrying the user metadata into the commit's
+        information."""
+        if self._write_defaults is None:
+            # Write(mode, partitionBy, predicate, userMetadata, …): every argument but the mode and the user
+            # metadata at its default.
+            companion = self._static("org.apache.spark.sql.delta.DeltaOperations$Write$.MODULE$")
+            self._write_defaults = [getattr(companion, f"$lessinit$greater$default${i}")() for i in range(2, 10)]
+        arguments = list(self._write_defaults)
+        arguments[2] = self._option(user_metadata)
+        mode = self._static(f"org.apache.spark.sql.SaveMode.{'Overwrite' if overwrite else 'Append'}")
+        return self._class("org.apache.spark.sql.delta.DeltaOperations$Write")(mode, *arguments)
 
     def written_rows(self, snapshot: TableSnapshot, written: Written):
         """A DataFrame of the rows a write to the snapshot's table (the version it started from) committed,
@@ -507,21 +567,6 @@ def _schema(schema_json: str):
 
 def _columns(schema) -> tuple[tuple[str, str], ...]:
     return tuple((f.name, f.dataType.simpleString()) for f in schema.fields)
-
-
-def _write_operation(jvm, gateway, user_metadata: str, overwrite: bool):
-    """Delta's WRITE operation (append or overwrite) carrying the user metadata into the commit's
-    information."""
-    from py4j.java_gateway import JavaClass
-
-    write = JavaClass("org.apache.spark.sql.delta.DeltaOperations$Write", gateway._gateway_client)
-    companion = getattr(getattr(jvm, "org.apache.spark.sql.delta.DeltaOperations$Write$"), "MODULE$")
-    # Write(mode, partitionBy, predicate, userMetadata, …): every argument but the mode and the user
-    # metadata at its default.
-    arguments = [getattr(companion, f"$lessinit$greater$default${i}")() for i in range(2, 10)]
-    arguments[2] = jvm.scala.Option.apply(user_metadata)
-    mode = jvm.org.apache.spark.sql.SaveMode.Overwrite if overwrite else jvm.org.apache.spark.sql.SaveMode.Append
-    return write(mode, *arguments)
 
 
 def _files_by_path(actions: list[dict]) -> dict[str, tuple[list[dict], list[dict]]]:

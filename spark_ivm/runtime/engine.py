@@ -40,7 +40,7 @@ from spark_ivm.runtime.mapstore import SEQUENCE_ID, StoreColumns, live_rows_sql
 from spark_ivm.runtime.publish import ViewForms
 from spark_ivm.runtime.refresh import StaleEntry, StoreRefresh, crash_point, trigger_items_of
 from spark_ivm.runtime.run import RefreshRun
-from spark_ivm.runtime.session_scope import parallel
+from spark_ivm.runtime.session_scope import parallel, replies_without_delay
 from spark_ivm.runtime.sqlgen import literal_sql, quote
 from spark_ivm.runtime.statements import CreateView, DropView, ExplainView, RefreshAll, RefreshView, ShowViews
 from spark_ivm.runtime.view_work import applied_versions, progress_rows
@@ -75,6 +75,7 @@ class Engine:
 
     # -- dispatch ------------------------------------------------------------------------------------
     def execute(self, statement):
+        replies_without_delay(self.spark)
         if isinstance(statement, CreateView):
             self.create(statement)
             return self._message(f"created incremental view {self.qualify(statement.name)}")

@@ -54,16 +54,22 @@ class ViewForms:
         if not self.logs.available:
             return {}
         with self._writing:
-            js = self.spark._jsparkSession
-            catalog = js.sessionState().catalog()
-            ident = js.sessionState().sqlParser().parseTableIdentifier(name)
-            if not catalog.tableExists(ident):
-                return {}
-            meta = catalog.getTableMetadata(ident)
-            found = self.logs.as_python(meta.properties())
-            text = meta.viewText()
-            found["text"] = text.get() if text.isDefined() else ""
-            return found
+            return self.of_catalog(self.logs.catalog_tables([name])[name])
+
+    def looking_up(self):
+        """Held while a caller looks up views' catalog metadata to read with `of_catalog`: a look-up must not
+        run beside a replacement by this session (see _writing)."""
+        return self._writing
+
+    def of_catalog(self, meta) -> dict:
+        """The view's properties and text, as `current` gives them, from its catalog metadata (see
+        DeltaLogs.catalog_tables, looked up under `looking_up`); {} for None."""
+        if meta is None:
+            return {}
+        found = self.logs.as_python(meta.properties())
+        text = meta.viewText()
+        found["text"] = text.get() if text.isDefined() else ""
+        return found
 
     def publish(self, entry, version: int, maps_at: str | Callable[[], str], current: dict | None = None, base_version: int | None = None,
                 increments: list[tuple] | None = None, retry: bool = False, increments_at: str | None = None,

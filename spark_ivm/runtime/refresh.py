@@ -244,7 +244,9 @@ class StoreRefresh:
             return progress_rows(self.spark, f"{self.store} VERSION AS OF {version}"), \
                 TableSnapshot(self.store, version, "", (), {}, None, "")
         sources = {t for entry in self.entries for t in entry.sources.values()}
-        meta = run.catalog_tables(sorted({self.store} | sources))[self.store]
+        # The views' own metadata comes in the same call of the metastore (see _work).
+        with self.engine.forms.looking_up():
+            meta = run.catalog_tables(sorted({self.store} | sources | {e.name for e in self.entries}))[self.store]
         store = self.logs.snapshot(self.store, meta) if meta is not None else None
         if store is None:
             raise RefreshError(f"the map store {self.store} of view {self.entries[0].name} no longer exists; "
@@ -276,7 +278,7 @@ class StoreRefresh:
             # A source's commits that only rewrote files or changed a property changed none of its rows.
             changes = {t: self._changes(run, t, applied[t]) for t in ordered_tables(entry) if targets[t] > applied[t]}
             changed = [t for t, c in changes.items() if c is None or c.data_changed]
-            view = self.engine.forms.current(entry.name)
+            view = self.engine.forms.of_catalog(run.catalog[entry.name]) if self.logs.available else {}
             if not changed:
                 stats[entry.name] = {**_stats(entry, "up to date", applied, 0, started), "definition": view}
                 continue

@@ -10,12 +10,21 @@ from concurrent.futures import ThreadPoolExecutor
 from spark_ivm import heuristics
 
 
+_LOOKUPS: ThreadPoolExecutor | None = None
+_LOOKUPS_LOCK = threading.Lock()
+_IN_LOOKUP = threading.local()
+
+
 def parallel(spark, lookup, items) -> list:
     """[lookup(item) for item in items], run in a few threads: a Delta version, a table's details or a
     query's schema costs a driver round trip each, and a view reads several tables. The
-    calling thread's job group and description carry over to the threads."""
+    calling thread's job group and description carry over to the threads.
+
+    The threads are the process's own and live on: each Python thread that calls the JVM opens a py4j
+    connection of its own, so new threads for every call would open (and close) new connections each time.
+    A look-up that runs more look-ups runs them in its own thread, not waiting for a thread of the few."""
     items = list(items)
-    if len(items) < 2:
+    if len(items) < 2 or getattr(_IN_LOOKUP, "active", False):
         return [lookup(item) for item in items]
     keys = ("spark.jobGroup.id", "spark.job.description", "spark.job.interruptOnCancel", "spark.scheduler.pool")
     try:
@@ -25,13 +34,20 @@ def parallel(spark, lookup, items) -> list:
         sc, local = None, {}
 
     def run(item):
+        _IN_LOOKUP.active = True
         for k, v in local.items():
-            if v is not None:
-                sc.setLocalProperty(k, v)
+            sc.setLocalProperty(k, v)  # None removes what an earlier caller's look-up set in this thread
         return lookup(item)
 
-    with ThreadPoolExecutor(max_workers=min(heuristics.LOOKUP_THREADS, len(items))) as pool:
-        return list(pool.map(run, items))
+    return list(_lookup_threads().map(run, items))
+
+
+def _lookup_threads() -> ThreadPoolExecutor:
+    global _LOOKUPS
+    with _LOOKUPS_LOCK:
+        if _LOOKUPS is None:
+            _LOOKUPS = ThreadPoolExecutor(max_workers=heuristics.LOOKUP_THREADS, thread_name_prefix="spark-ivm-lookup")
+        return _LOOKUPS
 
 
 _SETTINGS_LOCK = threading.Lock()
@@ -80,3 +96,42 @@ def session_settings(spark, settings: dict[str, str]):
                         conf.unset(k)
                     else:
                         conf.set(k, held[1])
+
+
+_GATEWAY_LOCK = threading.Lock()
+# id(gateway) -> [the JVM's list of its py4j connections, how many there were when last set]
+_GATEWAY_CONNECTIONS: dict[int, list] = {}
+
+
+def replies_without_delay(spark) -> None:
+    """Turn off Nagle's algorithm on the JVM's end of each connection of py4j (one per Python thread that
+    calls the JVM), where it is not off yet.
+
+    py4j writes a reply through a buffer of 8 KB: with Nagle's algorithm, the second piece of a longer reply
+    waits for the acknowledgement of the first, which the Python side delays by 40 ms. A view's definition
+    (its rows as literals) or a table's list of files is such a reply. py4j itself never sets the option,
+    so it is set on its connections here; a connection made later is set at the next call."""
+    try:
+        with _GATEWAY_LOCK:
+            gateway = spark.sparkContext._gateway
+            known = _GATEWAY_CONNECTIONS.get(id(gateway))
+            if known is None:
+                known = _GATEWAY_CONNECTIONS[id(gateway)] = [gateway_connections(spark), 0]
+            connections, count = known
+            if connections.size() == count:
+                return
+            for connection in connections.toArray():
+                socket = connection.getSocket()
+                if not socket.getTcpNoDelay():
+                    socket.setTcpNoDelay(True)
+            known[1] = connections.size()
+    except Exception:  # Spark Connect, another py4j: the replies are only slower
+        return
+
+
+def gateway_connections(spark):
+    """The JVM's list of py4j's connections (a field of py4j's GatewayServer that it does not expose)."""
+    server = spark.sparkContext._gateway.java_gateway_server
+    field = server.getClass().getSuperclass().getDeclaredField("connections")
+    field.setAccessible(True)
+    return field.get(server)
