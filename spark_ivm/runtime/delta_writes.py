@@ -78,14 +78,13 @@ class DeltaWrites:
         txn = delta_log.startTransaction(self._option(meta), self._option(jsnapshot))
         if rows is None:
             txn.readWholeTable()
-            # A transaction writes the rows' own types: cast them to the table's, as INSERT does.
-            df = df.selectExpr(*(f"CAST(`{c.replace('`', '``')}` AS {t}) AS `{c.replace('`', '``')}`"
-                                 for c, t in snapshot.columns))
-        if held and not overwrite and driver_files.writable(snapshot):
-            rows = driver_files.as_written(snapshot, arrow) if arrow is not None else None
-            if rows is None:
-                # A projection of a local relation: Spark computes it while planning, no job.
-                rows = driver_files.rows_table(snapshot, [tuple(r) for r in df.collect()])
+            if held and not overwrite and driver_files.writable(snapshot):
+                rows = driver_files.as_written(snapshot, arrow) if arrow is not None else None
+                if rows is None:
+                    # A projection of a local relation: Spark computes it while planning, no job.
+                    rows = driver_files.rows_table(snapshot, [tuple(r) for r in _cast(df, snapshot).collect()])
+            else:
+                df = _cast(df, snapshot)
         if rows is not None:
             add = driver_files.write_file(snapshot, rows)
             action = self._static("org.apache.spark.sql.delta.actions.Action$.MODULE$").fromJson(add)
@@ -148,3 +147,10 @@ class DeltaWrites:
                 fs.delete(root, False)
         except Exception as exc:  # the commit's own error is the one to report
             log.warning("could not remove the files of a failed write to %s: %s", snapshot.table, exc)
+
+
+def _cast(df, snapshot: TableSnapshot):
+    """The DataFrame's columns in the table's types: a transaction writes the rows' own types, where INSERT
+    casts them to the table's."""
+    return df.selectExpr(*(f"CAST(`{c.replace('`', '``')}` AS {t}) AS `{c.replace('`', '``')}`"
+                           for c, t in snapshot.columns))

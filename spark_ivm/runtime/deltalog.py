@@ -187,7 +187,8 @@ class DeltaLogs(DeltaWrites):
         if provider.lower() != "delta":
             raise NotDeltaError(f"{table} is not a Delta table (format {provider})")
         delta_log = self._static("org.apache.spark.sql.delta.DeltaLog.forTable")(js, meta)
-        snapshot = self._latest(delta_log, meta)
+        location = str(meta.location().toString())
+        snapshot = self._latest(delta_log, meta, location)
         if snapshot.version() < 0:
             return None
         metadata = snapshot.metadata()
@@ -200,12 +201,12 @@ class DeltaLogs(DeltaWrites):
             columns=_columns(schema),
             properties=self.as_python(metadata.configuration()),
             size_bytes=int(checksum.get().tableSizeBytes()) if checksum.isDefined() else None,
-            location=str(meta.location().toString()),
+            location=location,
             handle=(delta_log, snapshot, meta),
             not_null=frozenset(f.name for f in schema.fields if not f.nullable),
         )
 
-    def _latest(self, delta_log, meta):
+    def _latest(self, delta_log, meta, location: str):
         """The table's latest JVM snapshot.
 
         Delta's update lists the table's whole log folder where it is on a local file system (a file status
@@ -215,9 +216,10 @@ class DeltaLogs(DeltaWrites):
         one it read (same modification time: not a table dropped and created again at the same place), and
         no commit staged by a commit coordinator."""
         held = delta_log.unsafeVolatileSnapshot()
-        folder = driver_files.local_folder(str(delta_log.logPath().toString()))
+        table_folder = driver_files.local_folder(location)
         version = held.version()
-        if folder is not None and version >= 0:
+        if table_folder is not None and version >= 0:
+            folder = os.path.join(table_folder, "_delta_log")
             try:
                 read = os.stat(os.path.join(folder, f"{version:020d}.json")).st_mtime_ns // 1_000_000
                 staged = os.path.join(folder, "_staged_commits")
@@ -389,7 +391,7 @@ class DeltaLogs(DeltaWrites):
         """The AddFiles the snapshot's checksum lists (a Scala sequence); None when it lists none. jsnapshot:
         the JVM snapshot of an older version of the table, whose checksum to read instead."""
         checksum = (snapshot.handle[1] if jsnapshot is None else jsnapshot).checksumOpt()
-        listed = checksum.get().allFiles() if checksum.isDefined() else self._static("scala.Option.empty")()
+        listed = checksum.get().allFiles() if checksum.isDefined() else self._option(None)
         return listed.get() if listed.isDefined() else None
 
     def _frame(self, snapshot: TableSnapshot, files, jsnapshot=None, plain: bool = False):
@@ -401,7 +403,7 @@ class DeltaLogs(DeltaWrites):
         jsnapshot = latest if jsnapshot is None else jsnapshot
         if isinstance(files, list):
             files = self._scala(files).toList()
-        jdf = delta_log.createDataFrame(jsnapshot, files, False, self._static("scala.Option.empty")())
+        jdf = delta_log.createDataFrame(jsnapshot, files, False, self._option(None))
         if plain and self._plain_parquet(jsnapshot, files):
             jdf = self._parquet_scan(jdf)
         return DataFrame(jdf, self.spark)

@@ -471,10 +471,11 @@ class StoreRefresh:
         crash_point("before_write")
         try:
             # Rows the driver computed are written from there, as collected ones are.
-            held = run.driver.held.get(staged)
+            held, arrow = run.driver.held.get(staged), None
             if (self.logs.available and not compact and held is not None
                     and held.num_rows <= heuristics.COLLECTED_ROWS_MAX):
                 rows = collected = run.local_rows(staged)
+                arrow = held  # the same rows, written as they are where their types allow it
             else:
                 rows, collected = run.frame(staged), None
             if not self.logs.available:
@@ -506,8 +507,7 @@ class StoreRefresh:
                         self.logs.overwrite(store, compacted, metadata, replacing=files)
                     written = run.frame(staged).count()  # the refresh's rows, not the store's
                 else:
-                    commit = self.logs.append(store, rows, metadata, held=collected is not None,
-                                              arrow=held if collected is not None else None)
+                    commit = self.logs.append(store, rows, metadata, held=collected is not None, arrow=arrow)
                     written = commit.rows
                     if direct:
                         staged = run.register(self.logs.written_rows(store, commit))
