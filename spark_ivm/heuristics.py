@@ -153,30 +153,39 @@ def reads_store_once(map_references: int) -> bool:
 
 
 # The copy of the store keeps only the map rows whose fixed keys are among the batch's own values, not
-# all of their range: keys spread over the whole map (Q17's parts of new lineitems) make a range that
-# skips nothing, and the copy is then most of the map although few of its rows can join. The values are
-# collected to the driver (one Spark job per batch) and written into the copy's condition as literals,
-# which Spark tests with a hash set (a subquery instead made one broadcast join per key test, and a
-# refresh with many of them ran out of execution memory). So only up to this many values per batch
-# column, only of a batch small enough that collecting its values costs little next to the copy, and
-# not of an integer column whose range is dense: new orders have consecutive keys, and their range
-# already holds little beside them.
+# all of their range: keys spread over the whole map (Q17's parts of new lineitems, Q10's customers of new
+# orders) make a range that skips nothing, and the copy is then most of the map although few of its rows
+# can join. The values are collected to the driver (one Spark job per batch, none for a batch the driver
+# holds) and tested there, by the Delta log's file statistics and the driver's own read of the store.
+# Only up to this many values per batch column, only of a batch small enough that collecting its values
+# costs little next to the copy (any batch the driver holds), and not of an integer column whose range is
+# dense: new orders have consecutive keys, and their range already holds little beside them.
 LISTED_KEY_VALUES_MAX = _threshold(
-    "LISTED_KEY_VALUES_MAX", 10_000,
+    "LISTED_KEY_VALUES_MAX", 100_000,
     "The store copy of a refresh lists at most this many of a batch column's values (else it keeps their range).")
 LISTED_BATCH_ROWS_MAX = _threshold(
     "LISTED_BATCH_ROWS_MAX", 50_000,
-    "Only a batch of at most this many rows has its columns' values collected to bound the store copy.")
+    "Only a batch of at most this many rows, or one the driver holds, has its columns' values collected to "
+    "bound the store copy.")
+# Where Spark copies the store, a list of values is written into the condition's SQL as literals, which
+# Spark tests with a hash set (a subquery instead made one broadcast join per key test, and a refresh with
+# many of them ran out of execution memory); parsing and planning grow with the literals, so a longer list
+# is written as its range.
+SQL_KEY_VALUES_MAX = _threshold(
+    "SQL_KEY_VALUES_MAX", 10_000,
+    "A condition's list of more key values than this is written into Spark SQL as their range.")
 DENSE_RANGE_PER_ROW = _threshold(
     "DENSE_RANGE_PER_ROW", 8,
     "An integer batch column whose values span at most this many integers per batch row is bounded by "
     "its range, not its values.")
 
 
-def lists_batch_values(batch_rows: int, span: int | None) -> bool:
+def lists_batch_values(batch_rows: int, span: int | None, held: bool = False) -> bool:
     """Whether the distinct values of a batch column are collected to bound the store copy, for a batch of
-    `batch_rows` rows whose values in the column span `span` integers (None: not an integer column)."""
-    return 0 < batch_rows <= LISTED_BATCH_ROWS_MAX and (span is None or span > DENSE_RANGE_PER_ROW * batch_rows)
+    `batch_rows` rows whose values in the column span `span` integers (None: not an integer column); held:
+    the driver holds the batch, so collecting them costs no job."""
+    return (0 < batch_rows and (held or batch_rows <= LISTED_BATCH_ROWS_MAX)
+            and (span is None or span > DENSE_RANGE_PER_ROW * batch_rows))
 
 
 # A key a batch fixes may be narrowed further by another map of the same product (analysis.map_key_links):

@@ -10,6 +10,7 @@ from decimal import Decimal
 
 import pyarrow as pa
 
+from spark_ivm.heuristics import SQL_KEY_VALUES_MAX
 from spark_ivm.runtime.key_conditions import (
     AllOf, AnyOf, HoldsValue, KeyIn, KeyRange, MapIs, OtherMaps, all_of, any_of, key_values, map_conditions,
 )
@@ -30,6 +31,17 @@ def test_conditions_print_as_sql_keeping_null_keys_which_join_null_safely():
     both = all_of(MapIs((3,)), KeyIn("k_b", ("it's",)))
     assert f"WHERE {both}" == "WHERE (map_id = 3) AND ((k_b IS NULL OR k_b IN ('it\\'s')))"
     assert key_values("k_b", [5, None, 2, 5]) == KeyIn("k_b", (2, 5))
+
+
+def test_a_long_list_of_keys_is_written_into_sql_as_its_range_and_tested_value_by_value_elsewhere():
+    many = KeyIn("k_a", tuple(range(0, 2 * (SQL_KEY_VALUES_MAX + 1), 2)))
+    assert str(many) == f"(k_a IS NULL OR k_a BETWEEN 0 AND {2 * SQL_KEY_VALUES_MAX})"
+    assert str(KeyIn("k_a", tuple(range(SQL_KEY_VALUES_MAX)))).startswith("(k_a IS NULL OR k_a IN (0, 1, ")
+    # The Delta log's file skipping and the driver's read still test each value: a file of odd keys only
+    # is skipped, and only the even keys are kept.
+    assert not many.could_hold(_stats(3, 3)) and many.could_hold(_stats(3, 4))
+    rows = pa.table({"k_a": pa.array([1, 2, 3, None], pa.int64())})
+    assert rows.filter(many.arrow(TYPES)).column("k_a").to_pylist() == [2, None]
 
 
 def test_all_of_and_any_of_flatten_and_drop_repeats():

@@ -165,3 +165,6 @@ def test_a_batch_lists_its_values_where_its_range_would_copy_many_other_keys():
     assert not lists_batch_values(1_500, 5_998)
     assert lists_batch_values(10, None)  # strings, dates, decimals: no span to judge by
     assert not lists_batch_values(0, None) and not lists_batch_values(LISTED_BATCH_ROWS_MAX + 1, None)
+    # A batch the driver holds lists its values at any size: collecting them costs no job.
+    assert lists_batch_values(LISTED_BATCH_ROWS_MAX + 1, None, held=True)
+    assert not lists_batch_values(LISTED_BATCH_ROWS_MAX + 1, 5, held=True)  # still not a dense range

@@ -22,6 +22,7 @@ from decimal import Decimal
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from spark_ivm.heuristics import SQL_KEY_VALUES_MAX
 from spark_ivm.runtime.sqlgen import literal_sql
 
 
@@ -132,11 +133,14 @@ class KeyRange(Condition):
 
 @dataclass(frozen=True)
 class KeyIn(Condition):
-    """A key among the values (sorted, no NULL), or NULL."""
+    """A key among the values (sorted, no NULL), or NULL. In SQL, a long list is its range (see
+    heuristics.SQL_KEY_VALUES_MAX): the rows it allows are a superset, as every reader of a bound expects."""
     column: str
     values: tuple
 
     def sql(self) -> str:
+        if len(self.values) > SQL_KEY_VALUES_MAX:
+            return KeyRange(self.column, self.values[0], self.values[-1]).sql()
         return key_set_sql(self.column, [literal_sql(v) for v in self.values])
 
     def could_hold(self, stats):

@@ -457,7 +457,7 @@ class RefreshRun:
         rows = arrow_frame(self.spark, held, schema)
         ranges = {c: tuple(value.as_py() for value in pc.min_max(held.column(c)).values())
                   for c in _ranged_columns(columns, ranged)}
-        self.driver.hold(self._register_batch(key, rows, held.num_rows, ranges), held)
+        self.driver.hold(self._register_batch(key, rows, held.num_rows, ranges, held=True), held)
         return True
 
     def _consolidate(self, key: tuple, columns, ranged, readers=(1,)) -> None:
@@ -465,15 +465,15 @@ class RefreshRun:
         rows = self._local_checkpoint(source_tables.change_rows_sql(table, start, end, columns))
         self._register_batch(key, rows, *_count_and_ranges(rows, _ranged_columns(columns, ranged)))
 
-    def _register_batch(self, key: tuple, rows, size: int, ranges: dict[str, tuple]) -> str:
+    def _register_batch(self, key: tuple, rows, size: int, ranges: dict[str, tuple], held: bool = False) -> str:
         """Register a consolidated batch of `size` rows with each ranged column's (lowest, highest) value
-        ((None, None) where only NULLs); its view."""
+        ((None, None) where only NULLs); its view. held: the driver holds its rows."""
         view = self.batches[key] = self.register(rows)
         self.batch_rows[view] = size
         self._hint(view, rows, size)
         self.batch_ranges[view] = dict(ranges)
         self._listed_columns[view] = [c for c, (low, high) in ranges.items()
-                                      if low is not None and lists_batch_values(size, _span(low, high))]
+                                      if low is not None and lists_batch_values(size, _span(low, high), held)]
         return view
 
     def _hint(self, view: str, rows, size: int) -> None:
