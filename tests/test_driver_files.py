@@ -1,7 +1,8 @@
 """Rows the driver holds, appended to a Delta table without a Spark job (runtime/driver_files.py): they
 read back as Spark's own append of the same rows, with the statistics Delta would have written for the
 columns it skips files by, and tables the file would not suit are left to Spark. The key values the driver
-reads from the files holding a batch's changes include every changed row's."""
+reads from the files holding a batch's changes include every changed row's; a batch the driver holds reaches
+Spark only where a statement Spark computes reads it."""
 
 from __future__ import annotations
 
@@ -356,3 +357,29 @@ def test_a_table_replaced_by_another_process_is_read_as_it_is_now(spark, fresh_d
     spark.sql(f"INSERT INTO {fresh_db}.replacement VALUES (3)")  # a later commit is read too
     shutil.copy2(os.path.join(other, "_delta_log", f"{4:020d}.json"), os.path.join(folder, "_delta_log"))
     assert logs.snapshot(f"{fresh_db}.replaced").version == 4
+
+
+@pytest.mark.parametrize("driver_statements", ["on", "off"])
+def test_a_batch_the_driver_holds_reaches_spark_only_where_spark_reads_it(spark, fresh_db, monkeypatch,
+                                                                          driver_statements):
+    # The batch is netted on the driver; where DuckDB computes every statement, Spark never gets its rows.
+    from spark_ivm.runtime import run as run_module
+    from spark_ivm.runtime.sqlgen import MULTIPLICITY
+
+    handed = []
+    monkeypatch.setattr(run_module, "arrow_frame",
+                        lambda s, rows, schema: handed.append(rows.column_names) or arrow_frame(s, rows, schema))
+    spark.sql("CREATE TABLE t (g INT, v BIGINT) USING delta TBLPROPERTIES ('delta.enableChangeDataFeed' = 'true')")
+    spark.sql("INSERT INTO t SELECT id % 5, id FROM range(300)")
+    spark.sql("CREATE INCREMENTAL VIEW per_group AS SELECT g, SUM(v) AS total, COUNT(*) AS n FROM t GROUP BY g")
+    spark.sql("INSERT INTO t VALUES (1, 1000), (2, 2000), (7, 7)")
+    spark.sql("DELETE FROM t WHERE v = 4")
+    spark.conf.set("spark.ivm.driverStatements", driver_statements)
+    try:
+        spark.sql("REFRESH INCREMENTAL VIEW per_group").collect()
+    finally:
+        spark.conf.unset("spark.ivm.driverStatements")
+    batches = [names for names in handed if MULTIPLICITY in names]
+    assert (batches == []) if driver_statements == "on" else batches, handed
+    expected = spark.sql("SELECT g, SUM(v), COUNT(*) FROM t GROUP BY g").collect()
+    assert sorted(map(tuple, spark.table("per_group").collect())) == sorted(map(tuple, expected))

@@ -21,6 +21,7 @@ import logging
 import re
 import time
 import uuid
+from typing import Callable
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -69,11 +70,13 @@ class RefreshRun:
         self._listed_columns: dict[str, list[str]] = {}  # batch view -> its columns batch_values may list
         # the rows the driver holds (batches, store copies, results) and the statements it computes on them
         self.driver = DriverStatements(f"__ivm_{self.run_id}_", config.DRIVER_STATEMENTS.get(spark) == "on")
-        self._hint_rows: dict[str, object] = {}  # batch view -> its rows, where small enough to broadcast
+        self._broadcast_batches: set[str] = set()  # batch views small enough to broadcast
         self._hinted: dict[str, str] = {}  # batch view -> a view of its rows hinted for broadcast
         self.pins: dict[tuple, str] = {}
         self.stores: dict[str, str] = {}  # map store -> the view of the rows its maps are read from
-        self._not_handed_over: dict[str, tuple] = {}  # view of rows only the driver holds -> (schema, step)
+        # view of rows only the driver holds -> (what makes Spark's DataFrame of them, the step it counts to)
+        self._not_handed_over: dict[str, tuple[Callable[[], DataFrame], str]] = {}
+        self._held_schemas: dict[str, object] = {}  # view of rows the driver holds -> their schema
         self.stages: dict[str, str] = {}  # a statement's stage (its SELECT) -> its view
         self.store_versions: dict[str, int] = {}
         self.store_snapshots: dict[str, TableSnapshot] = {}
@@ -218,20 +221,23 @@ class RefreshRun:
                 return None
             return self._held(*computed, step)
 
-    def _held(self, rows, schema, step: str) -> str:
+    def _held(self, rows, schema, step: str, local: bool = False) -> str:
         """A view of rows the driver holds (a pyarrow table of the schema, a StructType or DDL): DuckDB reads
-        them there; Spark gets them (hand_over, its time counted to `step`) when it first reads them."""
+        them there; Spark gets them (hand_over, its time counted to `step`) when it first reads them, as a
+        checkpoint (handed_over), or with `local` as a local relation (arrow_frame, no job)."""
         view = self._view_name()
         self.driver.hold(view, rows)
-        self._not_handed_over[view] = (schema, step)
+        self._held_schemas[view] = schema
+        self._not_handed_over[view] = ((lambda: arrow_frame(self.spark, rows, schema)) if local
+                                       else (lambda: self.handed_over(rows, schema)), step)
         return view
 
     def hand_over(self, view: str) -> None:
         """Give Spark the rows of a view the driver holds, if it does not have them yet."""
         if view in self._not_handed_over:
-            schema, step = self._not_handed_over.pop(view)
+            make, step = self._not_handed_over.pop(view)
             with self.timed(step):
-                self.handed_over(self.driver.held[view], schema).createOrReplaceTempView(view)
+                make().createOrReplaceTempView(view)
 
     def frame(self, view: str) -> DataFrame:
         """A view's rows as a Spark DataFrame: what reads a view outside the SQL of a checkpoint reads it here."""
@@ -241,9 +247,8 @@ class RefreshRun:
     def local_rows(self, view: str) -> DataFrame:
         """The rows of a view the driver holds as Spark's local relation (collecting it runs no job), now the
         view's rows in Spark too."""
-        if view in self._not_handed_over:
-            schema, _ = self._not_handed_over.pop(view)
-            arrow_frame(self.spark, self.driver.held[view], schema).createOrReplaceTempView(view)
+        if self._not_handed_over.pop(view, None) is not None:
+            arrow_frame(self.spark, self.driver.held[view], self._held_schemas[view]).createOrReplaceTempView(view)
         return self.spark.table(view)
 
     def stage(self, sql: str) -> str:
@@ -439,10 +444,11 @@ class RefreshRun:
 
     def _consolidate_on_driver(self, key: tuple, columns, ranged) -> bool:
         """Consolidate a small batch on the driver: its change files read with pyarrow and netted there, handed
-        to Spark as a local relation. Its size, ranges and values are then exact, and no query plans or scans
-        the change data feed: planning a read of it makes Delta list the commits' files, once per scan or once
-        for a cached batch, and each scan is a Spark job. False where the driver does not read the batch
-        (see driver_files.change_rows) or its files pass heuristics.DRIVER_BATCH_BYTES."""
+        to Spark as a local relation when a statement Spark computes reads it. Its size, ranges and values are
+        then exact, and no query plans or scans the change data feed: planning a read of it makes Delta list
+        the commits' files, once per scan or once for a cached batch, and each scan is a Spark job. False where
+        the driver does not read the batch (see driver_files.change_rows) or its files pass
+        heuristics.DRIVER_BATCH_BYTES."""
         table, start, end = key
         snapshot = self.snapshot(table)
         if snapshot is None or not driver_files.readable(snapshot):
@@ -454,44 +460,47 @@ class RefreshRun:
         if held is None:
             return False
         schema = ", ".join(f"{quote(c)} {t}" for c, t in columns) + f", {MULTIPLICITY} BIGINT"
-        rows = arrow_frame(self.spark, held, schema)
         ranges = {c: tuple(value.as_py() for value in pc.min_max(held.column(c)).values())
                   for c in _ranged_columns(columns, ranged)}
-        self.driver.hold(self._register_batch(key, rows, held.num_rows, ranges, held=True), held)
+        # Spark gets the rows only where a statement it computes reads them: most run in DuckDB.
+        self._register_batch(key, self._held(held, schema, "batches", local=True), held.num_rows, ranges, held=True)
         return True
 
     def _consolidate(self, key: tuple, columns, ranged, readers=(1,)) -> None:
         table, start, end = key
         rows = self._local_checkpoint(source_tables.change_rows_sql(table, start, end, columns))
-        self._register_batch(key, rows, *_count_and_ranges(rows, _ranged_columns(columns, ranged)))
+        self._register_batch(key, self.register(rows), *_count_and_ranges(rows, _ranged_columns(columns, ranged)))
 
-    def _register_batch(self, key: tuple, rows, size: int, ranges: dict[str, tuple], held: bool = False) -> str:
-        """Register a consolidated batch of `size` rows with each ranged column's (lowest, highest) value
-        ((None, None) where only NULLs); its view. held: the driver holds its rows."""
-        view = self.batches[key] = self.register(rows)
+    def _register_batch(self, key: tuple, view: str, size: int, ranges: dict[str, tuple], held: bool = False) -> None:
+        """Register the view of a consolidated batch of `size` rows with each ranged column's (lowest, highest)
+        value ((None, None) where only NULLs). held: the driver holds its rows."""
+        self.batches[key] = view
         self.batch_rows[view] = size
-        self._hint(view, rows, size)
+        self._hint(view, size)
         self.batch_ranges[view] = dict(ranges)
         self._listed_columns[view] = [c for c, (low, high) in ranges.items()
                                       if low is not None and lists_batch_values(size, _span(low, high), held)]
-        return view
 
-    def _hint(self, view: str, rows, size: int) -> None:
+    def _hint(self, view: str, size: int) -> None:
         """Where the batch is small next to the maps it joins, its rows to be hinted for broadcast when a query
         joins it (joined_batch): copied to every task instead of shuffling the maps to meet it (change data
         have no size estimate, so Spark would never broadcast them by itself). Not the plain view's rows:
         Spark warns of a hint in a query that does not join the batch."""
         if 0 < size <= BROADCAST_BATCH_ROWS:
-            self._hint_rows[view] = rows
+            self._broadcast_batches.add(view)
 
     def joined_batch(self, view: str) -> str:
         """The batch's view for a query that joins it: hinted for broadcast where it is small."""
-        if view not in self._hint_rows:
+        if view not in self._broadcast_batches:
             return view
         if view not in self._hinted:
-            hinted = self._hinted[view] = self.register(broadcast(self._hint_rows[view]))
-            if view in self.driver.held:
+            if view in self.driver.held:  # Spark's view of it made, as the batch's, when Spark reads it
+                hinted = self._view_name()
                 self.driver.hold(hinted, self.driver.held[view])
+                self._not_handed_over[hinted] = (lambda: broadcast(self.frame(view)), "batches")
+            else:
+                hinted = self.register(broadcast(self.spark.table(view)))
+            self._hinted[view] = hinted
             self.batch_rows[hinted] = self.batch_rows[view]  # read by sqlgen.Sources.drives
         return self._hinted[view]
 
@@ -520,7 +529,7 @@ class RefreshRun:
         view = self.batches[key] = self.register(rows)
         # Unknown counts as large: the batch then drives no join (see sqlgen.Sources.drives).
         self.batch_rows[view] = BROADCAST_BATCH_ROWS + 1 if size is None else size
-        self._hint(view, rows, self.batch_rows[view])
+        self._hint(view, self.batch_rows[view])
         self.batch_ranges[view] = ranges
         # Values are listed only for integer columns, where the ranges leave many keys out (see
         # heuristics.lists_batch_values): for others a job would list a few values that the range holds anyway.
