@@ -106,7 +106,8 @@ class RefreshRun:
 
     def __exit__(self, *exc) -> None:
         for view in self.temporary:
-            self.spark.catalog.dropTempView(view)
+            if view not in self._not_handed_over:  # else Spark never had it
+                self.spark.catalog.dropTempView(view)
         for df in self._persisted:
             df.unpersist()
         self.driver.close()
