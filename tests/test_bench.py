@@ -206,6 +206,27 @@ def test_targets_say_which_hold_which_do_not_and_what_was_not_measured():
     assert "| at least 2x faster than recompute at SF 1 | - | - | q3, q10, q12 |" in table
 
 
+def test_targets_at_sf_10_ask_more_of_a_longer_query_and_a_flat_refresh_from_sf_1():
+    summaries = [report.summarize(r) for r in [
+        result("q1", 1, [round_(1, "insert", 0.3, 0.1, 2.0)]),
+        result("q1", 10, [round_(1, "insert", 0.4, 0.1, 12.0)]),  # 24x; the query takes 12 s: 10x needed
+        result("q3", 1, [round_(1, "insert", 0.3, 0.1, 2.0)]),
+        result("q3", 10, [round_(1, "insert", 1.0, 0.2, 11.0)]),  # 9.2x, 10x needed
+        result("q6", 1, [round_(1, "insert", 0.2, 0.1, 1.0)]),
+        result("q6", 10, [round_(1, "insert", 0.25, 0.05, 1.8)]),  # 6x; the query takes 1.8 s: 5x needed
+    ]]
+    by = {(c["target"], c["query"]): c for c in report.target_checks(summaries, report.growth(summaries))}
+    fast = "at least 5x faster than recompute at SF 10 (10x where the query takes 10 s or more)"
+    assert by[(fast, "q1")]["holds"] is True and by[(fast, "q6")]["holds"] is True
+    assert by[(fast, "q3")]["holds"] is False and by[(fast, "q3")]["value"] == pytest.approx(11 / 1.2)
+    flat = "refresh+read grows at most 1.3x from SF 1 to SF 10"
+    assert by[(flat, "q1")]["value"] == pytest.approx(1.25) and by[(flat, "q1")]["holds"] is True
+    assert by[(flat, "q3")]["holds"] is False and by[(flat, "q6")]["holds"] is True
+    # A run without SF 10 leaves its targets out.
+    at_sf_1 = [s for s in summaries if s["scale"] == 1]
+    assert not any("SF 10" in c["target"] for c in report.target_checks(at_sf_1, []))
+
+
 def test_the_report_compares_with_a_baseline():
     now = [report.summarize(result("q1", 1, [round_(1, "insert", 0.5, 0.1, 3.0, jobs=3)]))]
     before = [report.summarize(result("q1", 1, [round_(1, "insert", 2.0, 1.0, 3.0, jobs=9)])),
