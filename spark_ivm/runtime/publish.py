@@ -73,7 +73,7 @@ class ViewForms:
 
     def publish(self, entry, version: int, maps_at: str | Callable[[], str], current: dict | None = None, base_version: int | None = None,
                 increments: list[tuple] | None = None, retry: bool = False, increments_at: str | None = None,
-                store_bytes: int | None = None) -> str:
+                store_bytes: int | None = None, driver: top_rows.Driver | None = None) -> str:
         """Write the view's definition for the store version `version`; the form written.
 
         maps_at: a table expression of the store's rows of the view's maps as of `version`, or a function
@@ -83,6 +83,7 @@ class ViewForms:
         maps (raw rows in map_columns order), when it has them on the driver; increments_at, a table
         expression of its increments (store rows) otherwise.
         store_bytes: the map store's size where the caller has it (None: read from its Delta log if needed).
+        driver: where the refresh holds its increments on the driver, the maps it reads there (top_rows.Driver).
         retry: try the inline form even if it did not fit last time."""
         current = self.current(entry.name) if current is None else current
         form, shown = current.get(PROPERTY_FORM), _int(current.get(PROPERTY_VERSION))
@@ -96,7 +97,8 @@ class ViewForms:
             return self._store_form(entry, form, version)
         if top_rows.applies(entry, inline_rows) and heuristics.keeps_leading_groups(
                 store_bytes if store_bytes is not None else self._store_bytes(entry)):
-            written = self._top_form(entry, version, maps_at, current, base_version, increments, increments_at)
+            written = self._top_form(entry, version, maps_at, current, base_version, increments, increments_at,
+                                     driver)
             if written is not None:
                 return written
         maps = None
@@ -136,7 +138,8 @@ class ViewForms:
         return STORE
 
     def _top_form(self, entry, version: int, maps_at: str, current: dict, base_version: int | None,
-                  increments: list[tuple] | None, increments_at: str | None) -> str | None:
+                  increments: list[tuple] | None, increments_at: str | None,
+                  driver: top_rows.Driver | None = None) -> str | None:
         """The "rows" form of a view of an ordering's first rows with the buffer of its leading groups (see
         top_rows.py), from the buffer of the version the refresh computed from where the view has it;
         None where the view's rows or buffer cannot be kept so."""
@@ -146,7 +149,7 @@ class ViewForms:
             if increments is None and increments_at is not None:
                 increments = self._collected_increments(entry, increments_at)
             if increments is not None:
-                top = top_rows.refreshed(self.spark, entry, buffer, increments, maps_at)
+                top = top_rows.refreshed(self.spark, entry, buffer, increments, maps_at, driver)
         if top is None:
             top = top_rows.computed(self.spark, entry, maps_at)
         text = top_rows.view_text(entry, top) if top is not None else None

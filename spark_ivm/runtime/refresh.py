@@ -38,9 +38,10 @@ from spark_ivm.runtime.mapstore import (
     ENTRY_TOKEN, SEQUENCE, SEQUENCE_ID, StoreColumns, append_sql, bookkeeping_metadata, bookkeeping_of,
     compact_rows_sql, sequence_sql, staged_sql, union_sql,
 )
-from spark_ivm.runtime.key_conditions import Condition, MapIs, all_of, any_of
+from spark_ivm.runtime.key_conditions import Condition, MapIs, all_of, any_of, key_values
 from spark_ivm.runtime.run import RefreshRun
 from spark_ivm.runtime.session_scope import COLLECT_SETTINGS, session_settings, store_write_parallelism
+from spark_ivm.runtime.top_rows import Driver
 from spark_ivm.runtime.sqlgen import VALUE, Sources, quote, statement_sql
 from spark_ivm.runtime.view_work import (
     FullRefreshNeeded, ViewRefresh, applied_versions, check_source, map_bounds, map_references, maps_read,
@@ -554,12 +555,26 @@ class StoreRefresh:
                            f"SELECT * FROM {staged} WHERE map_id >= 0")
                 self.engine.forms.publish(w.entry, version, maps_at, w.view, store.version,
                                           None if increments is None else increments[w.entry.name],
-                                          increments_at=staged, store_bytes=store.size_bytes)
+                                          increments_at=staged, store_bytes=store.size_bytes,
+                                          driver=self._driver_maps(run, w.entry, staged))
 
     def _store_rows(self, run: RefreshRun, entry) -> str:
         """The store's rows of the view's maps as of the pinned version."""
         ids = view_map_ids(entry)
         return f"(SELECT * FROM {run.store_rows(self.store, ids)} WHERE map_id IN ({', '.join(map(str, ids))}))"
+
+    def _driver_maps(self, run: RefreshRun, entry, staged: str) -> Driver | None:
+        """The view's maps as of the new version at given keys, where the driver holds the staged rows and
+        reads those of the store (run.store_on_driver): for the view's rows computed in DuckDB (top_rows)."""
+        if staged not in run.driver.held:
+            return None
+        ids = MapIs(tuple(view_map_ids(entry)))
+
+        def rows_at(column: str, values: list) -> str | None:
+            stored = run.store_on_driver(self.store, all_of(ids, key_values(column, values)), step="view")
+            return None if stored is None else (f"SELECT * FROM {stored} UNION ALL "
+                                                f"SELECT * FROM {staged} WHERE map_id >= 0")
+        return Driver(rows_at, run.driver.compute)
 
 
 def _statement_increments(entry, s, statement_sources: Sources) -> str:

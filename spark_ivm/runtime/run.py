@@ -83,15 +83,22 @@ class RefreshRun:
         self.schemas: dict[str, list[list[str]] | None] = {}
         self.temporary: list[str] = []
         self.steps: dict[str, float] = {}  # seconds spent in each step of the refresh of a store
+        self._timing: set[str] = set()  # the steps being timed now
         self._persisted: list = []
 
     @contextlib.contextmanager
     def timed(self, step: str):
-        """Add the block's wall-clock seconds to `step`."""
+        """Add the block's wall-clock seconds to `step`, once where the block runs inside one of the same step
+        (a broadcast batch handed to Spark hands over the batch itself)."""
+        if step in self._timing:
+            yield
+            return
+        self._timing.add(step)
         started = time.perf_counter()
         try:
             yield
         finally:
+            self._timing.discard(step)
             self.steps[step] = self.steps.get(step, 0.0) + time.perf_counter() - started
 
     def step_seconds(self, total: float) -> dict[str, float]:
@@ -286,12 +293,10 @@ class RefreshRun:
         Otherwise Spark computes it once, as a checkpoint: every scan of a Delta table with a filter runs
         a job of its own to choose the files to read."""
         where = all_of(rows, kept)
-        with self.timed("store read"):
-            held = self._store_on_driver(table, where)
-            if held is not None:
-                schema = ", ".join(f"{quote(c)} {t}" for c, t in self.store_snapshots[table].columns)
-                self.stores[table] = self._held(held, schema, "store read")
-                return
+        held = self.store_on_driver(table, where, "store read")
+        if held is not None:
+            self.stores[table] = held
+            return
         self.stores[table] = self.checkpoint(
             f"SELECT * FROM {self.store_rows(table, map_ids)} WHERE {where}", step="store read", always=True)
 
@@ -303,6 +308,17 @@ class RefreshRun:
         statements that read them. A checkpoint is a leaf it does not look into, and it keeps the size of
         the rows, so that Spark broadcasts a small one."""
         return arrow_frame(self.spark, rows, schema).localCheckpoint(eager=True)
+
+    def store_on_driver(self, table: str, where: Condition, step: str) -> str | None:
+        """A view of the store's rows as of its pinned version that the condition holds for, read and held by
+        the driver (DeltaLogs.rows_on_driver; its time counted to `step`): DuckDB reads them there, Spark when
+        it first reads them (see _held). None where the driver does not read them."""
+        with self.timed(step):
+            held = self._store_on_driver(table, where)
+            if held is None:
+                return None
+            schema = ", ".join(f"{quote(c)} {t}" for c, t in self.store_snapshots[table].columns)
+            return self._held(held, schema, step)
 
     def _store_on_driver(self, table: str, where: Condition, columns: list[str] | None = None):
         """The store's rows (their `columns`, all when None) as of its pinned version that the condition

@@ -6,7 +6,9 @@ beside its k rows, the maps of its leading groups and a bound (viewsql.Bound, OR
 buffer holds every group that sorts strictly before the bound, and no group outside it does. A refresh
 - adds its increments of the view's maps to the buffer's groups, on the driver;
 - reads the changed groups outside the buffer from the store at their keys, in one sorted and limited
-  query (when more of them sort first than a buffer holds, the first left out tightens the bound);
+  query (when more of them sort first than a buffer holds, the first left out tightens the bound): on the
+  driver in DuckDB where the driver reads those rows of the store and holds the increments, else one Spark
+  job;
 - keeps the groups that now sort strictly before the bound: by the invariant, every group that does.
 While at least k remain, the first k are the view's rows and the kept groups the next buffer. Otherwise
 (the leading groups fell behind the bound) the buffer is computed again from the store: its first
@@ -18,6 +20,7 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass
+from typing import Callable
 
 from spark_ivm import heuristics
 from spark_ivm.runtime.key_conditions import key_set_sql
@@ -76,10 +79,12 @@ def computed(spark, entry, maps_at: str) -> Top | None:
     return _top(entry, groups, maps, bound, order, compare, rows=[g.row for g in groups[:entry.plan.query.limit]])
 
 
-def refreshed(spark, entry, buffer: tuple[list[tuple], tuple], increments: list[tuple], maps_at: str) -> Top | None:
+def refreshed(spark, entry, buffer: tuple[list[tuple], tuple], increments: list[tuple], maps_at: str,
+              driver: Driver | None = None) -> Top | None:
     """The view's rows and buffer after a refresh, from the buffer of the version it started from, its
     increments of the view's maps (raw rows in map_columns order) and the maps as of the new version in
-    `maps_at`; None where the leading groups fell behind the bound (or a value cannot be kept here)."""
+    `maps_at`, or at given keys held by the `driver`; None where the leading groups fell behind the bound
+    (or a value cannot be kept here)."""
     maps, bound = buffer
     key_of = _key_of(entry)
     buffered = {key_of(r) for r in maps}
@@ -90,10 +95,11 @@ def refreshed(spark, entry, buffer: tuple[list[tuple], tuple], increments: list[
         return None
     groups, order, compare = ranked
     if outside:
-        found = _leading(spark, entry, _at_keys(entry, maps_at, outside))
+        found = _leading_on_driver(entry, driver, outside) if driver is not None else None
+        found = found or _leading(spark, entry, _at_keys(entry, maps_at, outside))
         if found is None:
             return None
-        others, other_maps, other_bound, order, compare = found
+        others, other_maps, other_bound, _, _ = found  # ordered as the buffer's groups (Spark's types)
         # Groups read beyond the first _kept sort no earlier than the first of them left out.
         if other_bound and (not bound or compare(other_bound, bound) < 0):
             bound = other_bound
@@ -144,17 +150,45 @@ def _kept(entry) -> int:
     return max(heuristics.TOP_GROUPS_KEPT, entry.plan.query.limit)
 
 
+@dataclass(frozen=True)
+class Driver:
+    """What the driver offers a refresh of the view: `rows_at(column, values)`, a table expression of the
+    maps as of the new version whose store column `column` holds one of the values (a superset), all held
+    by the driver (None where it does not read them); `compute(sql)`, a query over held rows computed in
+    DuckDB, as (Arrow rows, Spark schema) or None (see local_sql.DriverStatements.compute)."""
+    rows_at: Callable[[str, list], str | None]
+    compute: Callable[[str], tuple | None]
+
+
 def _leading(spark, entry, maps_at: str):
     """The view's first _kept groups over the maps in `maps_at` (a query of store rows), their
     maps, the bound (the next group's ORDER BY values, or none), the ORDER BY columns and comparison; None
     where a value cannot be kept here."""
+    frame = spark.sql(leading_groups_sql(entry, f"({maps_at}) AS maps", _kept(entry) + 1))
+    return _groups_found(entry, frame.schema.fields, lambda: [tuple(r) for r in frame.collect()])
+
+
+def _leading_on_driver(entry, driver: Driver, keys: set[tuple]):
+    """_leading over the maps at the keys (of their first column), computed by the driver; None where it
+    does not compute them."""
+    column, values = _first_key(entry, keys)
+    maps_at = driver.rows_at(column.name, values)
+    computed = None if maps_at is None else driver.compute(leading_groups_sql(entry, f"({maps_at}) AS maps",
+                                                                               _kept(entry) + 1))
+    if computed is None:
+        return None
+    rows, schema = computed
+    return _groups_found(entry, schema.fields, lambda: list(zip(*(c.to_pylist() for c in rows.columns))))
+
+
+def _groups_found(entry, fields, collect: Callable[[], list[tuple]]):
+    """_leading's result from the fields and rows (`collect`) of leading_groups_sql."""
     kept = _kept(entry)
-    frame = spark.sql(leading_groups_sql(entry, f"({maps_at}) AS maps", kept + 1))
     width, items, keys = len(output_columns(entry)), len(entry.plan.query.order_by), len(entry.plan.query.keys)
-    order, compare = _ordering(entry, frame)
+    order, compare = _ordering(entry, fields)
     if compare is None:
         return None
-    rows = [tuple(r) for r in frame.collect()]
+    rows = collect()
     groups = [Group(r[:width], r[width:width + items], r[width + items:width + items + keys]) for r in rows]
     if any(_unkeyable(g.key) for g in groups):
         return None
@@ -171,7 +205,7 @@ def _ranked_literals(spark, entry, maps: list[tuple]):
         return None
     frame = spark.sql(sql)
     width, items = len(output_columns(entry)), len(entry.plan.query.order_by)
-    order, compare = _ordering(entry, frame)
+    order, compare = _ordering(entry, frame.schema.fields)
     if compare is None:
         return None
     groups = [Group(r[:width], r[width:width + items], r[width + items:]) for r in map(tuple, frame.collect())]
@@ -180,12 +214,12 @@ def _ranked_literals(spark, entry, maps: list[tuple]):
     return sorted(groups, key=functools.cmp_to_key(lambda a, b: compare(a.order, b.order))), order, compare
 
 
-def _ordering(entry, frame):
-    """The ORDER BY columns of a frame of the view's rows followed by their ORDER BY values, and their
+def _ordering(entry, fields):
+    """The ORDER BY columns of the fields of the view's rows followed by their ORDER BY values, and their
     comparison (None where Spark's order is not reproduced here)."""
     width, items = len(output_columns(entry)), len(entry.plan.query.order_by)
     order = tuple(Column(ORDER_COLUMN.format(i), f.dataType.simpleString())
-                  for i, f in enumerate(frame.schema.fields[width:width + items]))
+                  for i, f in enumerate(fields[width:width + items]))
     return order, ordering(entry, [c.type_sql for c in order])
 
 
@@ -219,10 +253,15 @@ def _key_of(entry):
 
 def _at_keys(entry, maps_at: str, keys: set[tuple]) -> str:
     """The rows of `maps_at` whose first key column holds a value of the keys' (a superset of theirs)."""
-    column = next(c for c in map_columns(entry) if c.name == entry.layout.key_column(entry.plan.query.keys[0]))
-    values = sorted({k[0] for k in keys if k[0] is not None}, key=repr)
+    column, values = _first_key(entry, keys)
     condition = key_set_sql(column.name, [column.typed(literal(v, column)) for v in values])
     return f"SELECT * FROM ({maps_at}) AS m WHERE {condition}"
+
+
+def _first_key(entry, keys: set[tuple]) -> tuple[Column, list]:
+    """The store column of the view's first key, and the keys' non-NULL values in it."""
+    column = next(c for c in map_columns(entry) if c.name == entry.layout.key_column(entry.plan.query.keys[0]))
+    return column, sorted({k[0] for k in keys if k[0] is not None}, key=repr)
 
 
 def _unkeyable(key: tuple) -> bool:
