@@ -551,8 +551,7 @@ class StoreRefresh:
         version = store.version + 1
         with run.timed("view"):
             for w in work:
-                maps_at = (f"SELECT * FROM {self._store_rows(run, w.entry)} UNION ALL "
-                           f"SELECT * FROM {staged} WHERE map_id >= 0")
+                maps_at = f"SELECT * FROM {self._store_rows(run, w.entry)} UNION ALL {_map_increments(staged)}"
                 self.engine.forms.publish(w.entry, version, maps_at, w.view, store.version,
                                           None if increments is None else increments[w.entry.name],
                                           increments_at=staged, store_bytes=store.size_bytes,
@@ -572,9 +571,13 @@ class StoreRefresh:
 
         def rows_at(column: str, values: list) -> str | None:
             stored = run.store_on_driver(self.store, all_of(ids, key_values(column, values)), step="view")
-            return None if stored is None else (f"SELECT * FROM {stored} UNION ALL "
-                                                f"SELECT * FROM {staged} WHERE map_id >= 0")
+            return None if stored is None else f"SELECT * FROM {stored} UNION ALL {_map_increments(staged)}"
         return Driver(rows_at, run.driver.compute)
+
+
+def _map_increments(staged: str) -> str:
+    """The staged rows that are maps' increments (not the store's bookkeeping)."""
+    return f"SELECT * FROM {staged} WHERE map_id >= 0"
 
 
 def _statement_increments(entry, s, statement_sources: Sources) -> str:
