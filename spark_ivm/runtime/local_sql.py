@@ -9,8 +9,10 @@ milliseconds, and the rows stay on the driver for the store's write (driver_file
 
 Only SQL whose meaning is the same in both engines runs here: the runtime's own forms (joins, unions,
 sums, CASE, COALESCE, comparisons, window sums) over columns whose types both read alike. A statement
-that divides, calls a function of the calculus other than those, reads a table the driver does not hold
-(DuckDB knows only the tables registered on it), or fails in DuckDB for any reason runs in Spark as before.
+that divides (`try_divide`, `/`) does where Spark's types of its divisions are derived (see division:
+DuckDB then divides as Spark does). A statement that calls a function of the calculus other than those,
+reads a table the driver does not hold (DuckDB knows only the tables registered on it), or fails in DuckDB
+for any reason runs in Spark as before.
 The result takes the column types Spark would give it (see spark_types), so what reads it later, in either
 engine, sees what Spark's own result would have been, without Spark analysing the SQL.
 """
@@ -25,6 +27,7 @@ import pyarrow as pa
 from pyspark.sql.pandas.types import from_arrow_schema
 
 from spark_ivm import heuristics
+from spark_ivm.runtime.division import DIVIDE_PREFIX, exact_divisions
 
 log = logging.getLogger("spark_ivm")
 
@@ -68,7 +71,7 @@ def duckdb_sql(spark_sql: str, checked: bool = True) -> str | None:
             refused = True
             return token
         name = m.group(2).lower()
-        if not m.group(1) and name not in _KEYWORDS and name not in _FUNCTIONS:
+        if not m.group(1) and name not in _KEYWORDS and name not in _FUNCTIONS and not name.startswith(DIVIDE_PREFIX):
             refused |= name != "substring" or not _positive_substring(spark_sql, m.end() - 1)
         return token
 
@@ -87,7 +90,7 @@ def _positive_substring(sql: str, opening: int) -> bool:
     return len(args) in (2, 3) and all(a.isdigit() for a in args[1:]) and int(args[1]) > 0
 
 
-_STACK = re.compile(r"(?<![\w\"'])stack\(")
+_STACK = re.compile(r"(?<![\w\"'])stack\(", re.IGNORECASE)
 
 
 def _without_stack(sql: str) -> str | None:
@@ -188,9 +191,11 @@ class DriverStatements:
     """The rows the driver holds, as Arrow tables by the name of the Spark view of them, and the DuckDB
     database in which statements that read only those run."""
 
-    def __init__(self, view_prefix: str, enabled: bool = True):
+    def __init__(self, view_prefix: str, enabled: bool = True, divides=lambda: True):
         self.held: dict[str, pa.Table] = {}
         self.enabled = enabled
+        self._divides = divides  # whether the session divides by Spark's default rules (asked once, if at all)
+        self._functions: set[str] = set()
         self._views = re.compile(rf"\b{re.escape(view_prefix)}\w+")
         self._db = None
         self._registered: set[str] = set()
@@ -207,10 +212,18 @@ class DriverStatements:
         views = set(self._views.findall(sql))
         if not views <= self.held.keys() or any(_has_timestamp(self.held[v].schema) for v in views):
             return None
-        translated = duckdb_sql(sql)
+        translated, functions = duckdb_sql(sql), []
+        if translated is None and ("try_divide" in sql or " / " in sql) and self._divides_as_spark():
+            exact = exact_divisions(sql, {v: self.held[v].schema for v in views})
+            if exact is not None:
+                translated, functions = duckdb_sql(exact[0]), exact[1]
         if translated is None:
             return None
         db = self._database()
+        for function in functions:
+            if function.name not in self._functions:
+                function.register(db)
+                self._functions.add(function.name)
         for view in views - self._registered:
             db.register(view, self.held[view])
             self._registered.add(view)
@@ -225,6 +238,11 @@ class DriverStatements:
             return None
         return rows, from_arrow_schema(schema)
 
+    def _divides_as_spark(self) -> bool:
+        if callable(self._divides):
+            self._divides = bool(self._divides())
+        return self._divides
+
     def _database(self):
         if self._db is None:
             self._db = duckdb.connect()
@@ -237,6 +255,7 @@ class DriverStatements:
         if self._db is not None:
             self._db.close()
             self._db = None
+            self._functions.clear()
 
 
 def _has_timestamp(schema: pa.Schema) -> bool:

@@ -32,7 +32,7 @@ from pyspark.sql.functions import broadcast
 
 from spark_ivm import config, heuristics
 from spark_ivm.heuristics import BROADCAST_BATCH_ROWS, LISTED_KEY_VALUES_MAX, checkpoint_partitions, lists_batch_values
-from spark_ivm.runtime import driver_files
+from spark_ivm.runtime import division, driver_files
 from spark_ivm.runtime import sources as source_tables
 from spark_ivm.runtime.deltalog import DeltaLogs, NotDeltaError, TableSnapshot
 from spark_ivm.runtime.key_conditions import Condition, MapIs, all_of
@@ -69,7 +69,8 @@ class RefreshRun:
         self._candidate_bytes: dict[tuple, int | None] = {}  # see candidate_bytes
         self._listed_columns: dict[str, list[str]] = {}  # batch view -> its columns batch_values may list
         # the rows the driver holds (batches, store copies, results) and the statements it computes on them
-        self.driver = DriverStatements(f"__ivm_{self.run_id}_", config.DRIVER_STATEMENTS.get(spark) == "on")
+        self.driver = DriverStatements(f"__ivm_{self.run_id}_", config.DRIVER_STATEMENTS.get(spark) == "on",
+                                       divides=lambda: division.rules_hold(spark))
         self._broadcast_batches: set[str] = set()  # batch views small enough to broadcast
         self._hinted: dict[str, str] = {}  # batch view -> a view of its rows hinted for broadcast
         self.pins: dict[tuple, str] = {}
