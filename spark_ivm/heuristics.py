@@ -348,6 +348,13 @@ DRIVER_STORE_BYTES = _threshold(
 DRIVER_STORE_ROWS = _threshold(
     "DRIVER_STORE_ROWS", 1_000_000,
     "The store's rows a refresh copies are read by the driver only where they are at most this many.")
+# Staged rows the driver computed (in DuckDB) are appended from there, as one Parquet file it writes, where
+# Spark would first copy them into a checkpoint (a job), then write them (a job, and Delta's statistics) and
+# the views would read them back (a job). They are in the driver's memory already; the bound keeps the one
+# file and the views' local copy of them in reason.
+DRIVER_WRITE_ROWS = _threshold(
+    "DRIVER_WRITE_ROWS", 1_000_000,
+    "A refresh appends the staged rows the driver computed from the driver where they are at most this many.")
 # See runtime/local_sql.py: statements whose every input the driver holds run in DuckDB there. Bounded, so
 # that a statement whose joins multiply its rows fails there and runs in Spark instead.
 DRIVER_STATEMENTS_MEMORY_MB = _threshold(

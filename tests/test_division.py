@@ -75,9 +75,11 @@ def test_quotients_of_whole_columns_are_those_of_each_pair(types):
 def test_a_statement_that_divides_is_rewritten_with_sparks_types():
     views = {"v": pa.schema([("k", pa.int64()), ("q", pa.decimal128(15, 2)), ("x", pa.decimal128(36, 2)),
                              ("n", pa.int64())])}
+    keys = ", ".join(str(k) for k in range(0, 3000, 3))  # a key condition's list, set aside while rewriting
     sql, functions = exact_divisions(
-        "SELECT k FROM (SELECT k, q, SUM(x) OVER (PARTITION BY k) AS s, n FROM v) AS t "
+        f"SELECT k FROM (SELECT k, q, SUM(x) OVER (PARTITION BY k) AS s, n FROM v WHERE k IN ({keys})) AS t "
         "WHERE t.q < (0.2BD * try_divide(COALESCE(t.s, 0), t.n))", views)
+    assert f"k IN ({keys})" in sql
     assert functions == [Division(decimal(38, 2), decimal(20, 0), decimal(38, 6))]
     call = f"{functions[0].name}(CAST(COALESCE(t.s, 0) AS DECIMAL(38, 2)), CAST(t.n AS DECIMAL(20, 0)))"
     assert call.upper() in sql.upper()

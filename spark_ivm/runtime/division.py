@@ -19,6 +19,7 @@ Elsewhere both engines compute decimals exactly, with the same scale, so their v
 from __future__ import annotations
 
 import logging
+import re
 from dataclasses import dataclass
 from decimal import Decimal
 from fractions import Fraction
@@ -421,11 +422,22 @@ def _arrow_type(t: SparkType) -> pa.DataType:
 
 
 _ROUNDING = (exp.Add, exp.Sub, exp.Mul)
+_LITERAL = r"-?\d+(?:\.\d+)?(?:BD|L)?"
+_LITERAL_LIST = re.compile(rf"\bIN \(((?:{_LITERAL}, ){{8,}}{_LITERAL})\)")
+_LIST_PREFIX = "__ivm_list_"
 
 
 def exact_divisions(spark_sql: str, views: dict[str, pa.Schema]) -> tuple[str, list[Division]] | None:
     """The statement with its divisions and Spark's roundings written out (see the module's doc), in Spark's
     SQL, and the functions it calls; None where a type is not derived here."""
+    # A refresh's key conditions list up to thousands of values, which sqlglot would parse and print one by
+    # one: each list stands aside as a name while the statement is rewritten.
+    lists: list[str] = []
+
+    def aside(m: re.Match) -> str:
+        lists.append(m.group(1))
+        return f"IN ({_LIST_PREFIX}{len(lists) - 1})"
+    spark_sql = _LITERAL_LIST.sub(aside, spark_sql)
     try:
         tree = sqlglot.parse_one(spark_sql, read="spark")
         typer = Typer({v: {f.name: spark_type(f.type) for f in schema} for v, schema in views.items()})
@@ -454,7 +466,8 @@ def exact_divisions(spark_sql: str, views: dict[str, pa.Schema]) -> tuple[str, l
         else:
             node.replace(_cast(exp.Paren(this=node.copy()), rewrite))
     functions = list({d.name: d for _, d in rewrites if isinstance(d, Division)}.values())
-    return tree.sql(dialect="spark"), functions
+    rewritten = tree.sql(dialect="spark", copy=False)
+    return re.sub(rf"\b{_LIST_PREFIX}(\d+)\b", lambda m: lists[int(m.group(1))], rewritten), functions
 
 
 def _cast(node: exp.Expression, t: SparkType) -> exp.Cast:

@@ -474,7 +474,7 @@ class StoreRefresh:
             # Rows the driver computed are written from there, as collected ones are.
             held, arrow = run.driver.held.get(staged), None
             if (self.logs.available and not compact and held is not None
-                    and held.num_rows <= heuristics.COLLECTED_ROWS_MAX):
+                    and held.num_rows <= heuristics.DRIVER_WRITE_ROWS):
                 rows = collected = run.local_rows(staged)
                 arrow = held  # the same rows, written as they are where their types allow it
             else:
