@@ -383,3 +383,29 @@ def test_a_batch_the_driver_holds_reaches_spark_only_where_spark_reads_it(spark,
     assert (batches == []) if driver_statements == "on" else batches, handed
     expected = spark.sql("SELECT g, SUM(v), COUNT(*) FROM t GROUP BY g").collect()
     assert sorted(map(tuple, spark.table("per_group").collect())) == sorted(map(tuple, expected))
+
+
+@pytest.mark.parametrize("limit", [None, 1])
+def test_staged_rows_the_driver_computed_are_appended_from_there_up_to_a_limit(spark, fresh_db, monkeypatch, limit):
+    # Up to DRIVER_WRITE_ROWS the driver writes the rows DuckDB computed as a file of the store; beyond,
+    # Spark writes them. Either way the view equals its query.
+    from spark_ivm import heuristics
+
+    if limit is not None:
+        monkeypatch.setattr(heuristics, "DRIVER_WRITE_ROWS", limit)
+    written, write_file = [], driver_files.write_file
+    monkeypatch.setattr(driver_files, "write_file",
+                        lambda snapshot, rows: written.append(rows.num_rows) or write_file(snapshot, rows))
+    spark.sql("CREATE TABLE t (g INT, v BIGINT) USING delta TBLPROPERTIES ('delta.enableChangeDataFeed' = 'true')")
+    spark.sql("INSERT INTO t SELECT id % 50, id FROM range(300)")
+    spark.conf.set("spark.ivm.inlineRows", "0")  # the view reads its store (inline maps are collected anyway)
+    try:
+        spark.sql("CREATE INCREMENTAL VIEW per_group AS SELECT g, SUM(v) AS total, AVG(v) AS mean FROM t GROUP BY g")
+        spark.sql("INSERT INTO t SELECT id % 7, id FROM range(20)")
+        written.clear()
+        spark.sql("REFRESH INCREMENTAL VIEW per_group").collect()
+    finally:
+        spark.conf.unset("spark.ivm.inlineRows")
+    assert (written != []) == (limit is None), written
+    expected = spark.sql("SELECT g, SUM(v), AVG(v) FROM t GROUP BY g").collect()
+    assert sorted(map(tuple, spark.table("per_group").collect())) == sorted(map(tuple, expected))
