@@ -69,6 +69,7 @@ def summarize(result: dict) -> dict:
         "maps": result.get("maps"),
         "map_rows": result.get("map_rows_total"),
         "map_bytes": result.get("map_bytes"),
+        "source_bytes": result.get("source_bytes"),
         "create_s": result.get("create_s"),
         "nochange_refresh_s": result.get("nochange_refresh_s"),
         "nochange_jobs": result.get("nochange_jobs"),
@@ -186,6 +187,12 @@ TARGETS = [
            lambda s, g, b: s["speedup"], _speedup_needed, True, "x", scale=LARGE_SCALE),
     Target("refresh+read grows at most 1.3x from SF 1 to SF 10", None, lambda s, g, b: g and g["refresh_growth"],
            1.3, unit="x", scale=LARGE_SCALE),
+    *(target for scale in (TARGET_SCALE, LARGE_SCALE) for target in (
+        Target(f"CREATE at most 3x the query's time at SF {scale:g}", None,
+               lambda s, g, b: ratio(s["create_s"], s["recompute_s"]), 3, unit="x", applied_only=False, scale=scale),
+        Target(f"map store no larger than the tables it reads at SF {scale:g}", None,
+               lambda s, g, b: ratio(s["map_bytes"], s.get("source_bytes")), 1, unit="x", applied_only=False,
+               scale=scale))),
 ]
 _GROWN_FROM = {TARGET_SCALE: TARGET_SMALL_SCALE, LARGE_SCALE: TARGET_SCALE}
 

@@ -38,11 +38,14 @@ from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 
+import sqlglot
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 import spark_ivm
+from sqlglot import exp
+
 from spark_ivm.bench import report
 from spark_ivm.bench import tpch
 from spark_ivm.errors import UnsupportedQueryError
@@ -100,6 +103,12 @@ def map_stats(spark, view: str, store: str) -> dict:
     detail = spark.sql(f"DESCRIBE DETAIL {store}").collect()[0]
     return {"maps": len(names), "map_rows": rows, "map_rows_total": sum(rows.values()),
             "map_bytes": int(detail["sizeInBytes"]), "map_files": int(detail["numFiles"])}
+
+
+def source_bytes(spark, database: str, sql: str) -> int:
+    """The bytes of the tables the query reads (their Delta files), against which its map store is weighed."""
+    tables = {t.name.lower() for t in sqlglot.parse_one(sql, read="spark").find_all(exp.Table)} & set(tpch.TABLES)
+    return sum(int(spark.sql(f"DESCRIBE DETAIL {database}.{t}").collect()[0]["sizeInBytes"]) for t in sorted(tables))
 
 
 def refresh(spark, view: str, store: str) -> dict:
@@ -161,7 +170,7 @@ def run_query(spark, database: str, scale: float, name: str, rounds: int, step, 
     batch_in = False  # the held-back batch is in the tables (undo it whatever happens)
     statement = "reading the map store"
     try:
-        result.update(map_stats(spark, view, store))
+        result.update(map_stats(spark, view, store), source_bytes=source_bytes(spark, database, query.sql))
         statement = "REFRESH (nothing changed)"
         step("refresh, nothing changed")
         cold = refresh(spark, view, store)
