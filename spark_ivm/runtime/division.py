@@ -1,7 +1,7 @@
 """Spark's division, to the last digit, in statements the driver computes in DuckDB (see local_sql).
 
-A statement that divides (`try_divide`, the calculus's `/`) may run in DuckDB only where every value it
-computes is Spark's. Spark divides decimals to a decimal whose precision and scale follow from its
+A statement that divides (`try_divide`, the calculus's `/`; `/` in a view's AVG) may run in DuckDB only
+where every value it computes is Spark's. Spark divides decimals to a decimal whose precision and scale follow from its
 operands' (rounded half up, NULL where the quotient does not fit), and rounds a sum or product whose exact
 digits do not fit its type; DuckDB divides decimals to a double and keeps a product's every digit. So the
 statement's types are derived here as Spark's analyzer derives them: from the types of the views the driver
@@ -10,7 +10,8 @@ rules, leaves the statement to Spark.
 
 The statement is then rewritten, still in Spark's SQL, for local_sql's translation:
 - each division calls a DuckDB function (`Division`) with Spark's operand and result types, which computes
-  the quotient exactly (integers, not floating point) and rounds it as Spark does;
+  the quotient exactly (integers, not floating point) and rounds it as Spark does (for `/`, a zero divisor
+  or a quotient that does not fit fails the statement, which Spark then computes, failing under ANSI);
 - each sum, difference or product whose Spark type has fewer decimal places than its exact result is cast
   to that type, which DuckDB rounds as Spark does (half away from zero).
 Elsewhere both engines compute decimals exactly, with the same scale, so their values agree.
