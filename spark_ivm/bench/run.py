@@ -42,10 +42,9 @@ import sqlglot
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-
-import spark_ivm
 from sqlglot import exp
 
+import spark_ivm
 from spark_ivm.bench import report
 from spark_ivm.bench import tpch
 from spark_ivm.errors import UnsupportedQueryError
