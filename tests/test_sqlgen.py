@@ -157,9 +157,12 @@ def expressions(plan, sources: Sources, runtime_form: bool = False):
     runtime's form a trigger's statements are fused (term by term where a statement has several) and share
     the products they have in common, as trigger_items makes them, and its `+=` statements read each map
     only at the keys the batch fixes (at_batch_keys), the maps that CREATE computes together read as one
-    family's rows (see fused.py): a statement's SQL sums its pieces."""
+    family's rows (see fused.py): a statement's SQL sums its pieces; the definitions are made as CREATE
+    makes them, from whole relations."""
     families = plan_families(plan) if runtime_form else {}
-    out = [(f"map {m.name}", m.definition, m.keys, "now", lambda m=m: statement_sql(m.definition, m.keys, sources))
+    # CREATE computes the definitions from whole relations (Sources.whole).
+    whole = replace(sources, whole=runtime_form)
+    out = [(f"map {m.name}", m.definition, m.keys, "now", lambda m=m: statement_sql(m.definition, m.keys, whole))
            for m in plan.maps]
     for t in plan.triggers:
         shared, items = (trigger_items(t.statements, exact=lambda m: True, families=families) if runtime_form

@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections import Counter
+from dataclasses import replace
 
 from spark_ivm import heuristics
 from spark_ivm.compiler.plan import Plan, Statement
@@ -28,7 +29,7 @@ def write_maps(engine, name, sql, options, store, plan: Plan, relation_tables, s
     views (`members`), and write the user's view; the view's entry. source_bytes: the sources' size on
     disk, which sets the write's parallelism (heuristics.store_write_partitions)."""
     spark = engine.spark
-    maps_from = sources(run, relation_tables, source_columns, versions, None)
+    maps_from = replace(sources(run, relation_tables, source_columns, versions, None), whole=True)
     # Maps that sum different values over the same product per the same keys (a view's SUMs and
     # COUNTs) are computed by one aggregation, as a trigger's statements are: one scan of their
     # sources instead of one per map. Each query: (its maps, its SQL).

@@ -83,6 +83,10 @@ class Sources:
     drives: Callable[[str], bool] | None = None
     # Maps read as their family's rows where several of them are summed over one product (see fused.py).
     families: Families = field(default_factory=dict)
+    # The statements read whole relations, no batch (a view's maps computed at CREATE): a nested
+    # aggregate that outputs every variable it shares with its product is computed for all its bindings
+    # and joined, as a nested relation is (see _nested_value).
+    whole: bool = False
 
 
 def quote(name: str) -> str:
@@ -365,7 +369,7 @@ class SqlGen:
         summed into a column of its own; the terms' sums added."""
         (shared, shape), _ = lifts[0][1]
         values = [own for _, (_, own) in lifts]
-        domain = self._domain(scope, shared)
+        domain = None if self._whole(scope, shared, [prod(*heavy) for _, heavy in shape]) else self._domain(scope, shared)
         head = ", ".join(quote(v) for v in shared)
         columns = [f"{VALUE}{i}" for i in range(len(lifts))]
         parts = []
@@ -435,6 +439,15 @@ class SqlGen:
         """The variables of e the scope binds (inside e they are bound from outside: correlation)."""
         return tuple(v for v in all_vars(e) if v in scope.columns)
 
+    def _whole(self, scope: _Scope, shared: Sequence[str], parts: Sequence[Expr]) -> bool:
+        """Whether nested parts correlated with the scope on `shared` are evaluated for all their own
+        bindings and joined to the scope's rows, not from the scope's distinct bindings (a domain): where
+        the statement reads whole relations (Sources.whole) and every part binds the shared variables
+        itself. The domain would evaluate the product so far once more (or copy it, as a stage) to
+        restrict parts that read whole relations anyway."""
+        return (self.sources.whole and not scope.bounded
+                and all(set(shared) <= set(ovars(part)) for part in parts))
+
     def _domain(self, scope: _Scope, names: Sequence[str]) -> _Domain:
         """Turn the scope into a stage that the scope then reads; the stage's distinct bindings of names. A
         scope's correlated parts on the same variables (or fewer of them) share one stage: TPC-H Q17's
@@ -461,7 +474,7 @@ class SqlGen:
             sub = self.select(e)
             scope.add_source(f"(SELECT SUM({VALUE}) AS {VALUE} FROM ({sub.sql}) AS n)", alias, [])
             return f"COALESCE({alias}.{VALUE}, 0)"
-        sub = self._correlated(e, self._domain(scope, shared))
+        sub = self.select(e) if self._whole(scope, shared, [e]) else self._correlated(e, self._domain(scope, shared))
         cols = ", ".join(quote(v) for v in shared)
         grouped = f"SELECT {cols}, SUM({VALUE}) AS {VALUE} FROM ({sub.sql}) AS n GROUP BY {cols}"
         on = " AND ".join(f"{scope.columns[v]} <=> {alias}.{quote(v)}" for v in shared)
