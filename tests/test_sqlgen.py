@@ -483,6 +483,27 @@ def test_nested_values_over_one_product_are_one_join_on_one_stage():
     assert "SUM(p.__v * p.`c`) AS __v0, SUM(p.__v * 1) AS __v1" in sql
 
 
+def test_without_a_batch_nested_values_binding_their_correlation_are_joined_without_a_stage():
+    """CREATE reads whole relations (Sources.whole): a nested aggregate that binds the variables it shares
+    with the product is grouped by them and joined, with no stage of the product and no domain; one that
+    only compares a shared variable still starts from the product's distinct bindings."""
+    staged = []
+    sources = Sources(relation=quote, delta=lambda r: f"delta_{r}", map=quote,
+                      columns=lambda r: {"R": ["a", "b"], "S": ["a", "c"]}[r], map_keys=quote,
+                      stage=lambda sql: staged.append(sql) or f"stage{len(staged)}", whole=True)
+    one = parse("AggSum([], R(a, b) * (z ^= AggSum([a], S(a, c) * c)) * {b < z})")
+    two = parse("AggSum([], R(a, b) * (z1 ^= AggSum([a], S(a, c) * c)) * (z2 ^= AggSum([a], S(a, c))) * {b < z1 / z2})")
+    for e in (one, two):
+        sql = statement_sql(e, [], sources)
+        assert not staged and "DISTINCT" not in sql and sql.count("LEFT JOIN") == 1
+    compared = parse("AggSum([], R(a, b) * (z ^= AggSum([], S(d, c) * {d < a})) * {b < z})")
+    columns = {"R": ["a", "b"], "S": ["d", "c"]}
+    assert "DISTINCT" in statement_sql(compared, [], replace(sources, columns=lambda r: columns[r]))
+    assert len(staged) == 1
+    statement_sql(one, [], replace(sources, whole=False))  # a refresh's form: from the product's bindings
+    assert len(staged) == 2
+
+
 def test_nested_values_of_several_terms_over_the_same_products_are_one_join():
     """The new average per key after a batch, (sum + Δsum) / (count + Δcount): each term of the sum joins the
     same product as the count's term, so the two values are one join, the terms' sums added in it."""

@@ -369,7 +369,8 @@ class SqlGen:
         summed into a column of its own; the terms' sums added."""
         (shared, shape), _ = lifts[0][1]
         values = [own for _, (_, own) in lifts]
-        domain = None if self._whole(scope, shared, [prod(*heavy) for _, heavy in shape]) else self._domain(scope, shared)
+        whole = self._whole(scope, shared, [prod(*heavy) for _, heavy in shape])
+        domain = None if whole else self._domain(scope, shared)
         head = ", ".join(quote(v) for v in shared)
         columns = [f"{VALUE}{i}" for i in range(len(lifts))]
         parts = []
