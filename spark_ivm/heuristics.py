@@ -354,7 +354,8 @@ DRIVER_STORE_ROWS = _threshold(
 # file and the views' local copy of them in reason.
 DRIVER_WRITE_ROWS = _threshold(
     "DRIVER_WRITE_ROWS", 1_000_000,
-    "A refresh appends the staged rows the driver computed from the driver where they are at most this many.")
+    "A refresh appends the staged rows the driver computed from the driver where they are at most this many, "
+    "and compacts the store's small files there where they and the staged rows hold at most this many.")
 # See runtime/local_sql.py: statements whose every input the driver holds run in DuckDB there. Bounded, so
 # that a statement whose joins multiply its rows fails there and runs in Spark instead.
 DRIVER_STATEMENTS_MEMORY_MB = _threshold(

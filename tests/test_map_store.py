@@ -84,7 +84,8 @@ def _store_files(spark, store: str) -> dict[str, int]:
     return {r["f"]: r["n"] for r in rows}
 
 
-def test_compactions_rewrite_the_small_files_and_every_few_the_whole_store(ivm, monkeypatch):
+@pytest.mark.parametrize("by", ["driver", "spark"])
+def test_compactions_rewrite_the_small_files_and_every_few_the_whole_store(ivm, monkeypatch, by):
     from spark_ivm import heuristics
 
     spark = ivm
@@ -94,6 +95,12 @@ def test_compactions_rewrite_the_small_files_and_every_few_the_whole_store(ivm, 
     monkeypatch.setitem(refresh.STORE_WRITE_SETTINGS, "spark.sql.files.maxRecordsPerFile", "50")
     monkeypatch.setattr(heuristics, "STORE_FILE_ROWS", 50)
     monkeypatch.setattr(heuristics, "WHOLE_STORE_COMPACTION_EVERY", 3)
+    if by == "spark":  # more rows than the driver compacts
+        monkeypatch.setattr(heuristics, "DRIVER_WRITE_ROWS", 0)
+    by_driver = []  # per compaction, whether the driver computed it
+    compact_on_driver = refresh.compact_on_driver
+    monkeypatch.setattr(refresh, "compact_on_driver",
+                        lambda *a: by_driver.append(compact_on_driver(*a)) or by_driver[-1])
     spark.conf.set(COMPACT_CONF, "1")
     spark.sql("INSERT INTO r SELECT CAST(id AS INT), CAST(id % 7 AS INT) FROM range(200)")
     spark.sql("INSERT INTO s SELECT CAST(id AS INT), CAST(id % 5 AS INT), CAST(id % 3 AS INT) FROM range(200)")
@@ -115,6 +122,8 @@ def test_compactions_rewrite_the_small_files_and_every_few_the_whole_store(ivm, 
         else:
             assert not set(before) & set(after), f"round {round_no}"  # the whole store rewritten
             _assert_one_live_row_per_key(spark.sql(f"SELECT * FROM {store} WHERE map_id >= 0"))
+    # Every compaction by the driver where asked, the whole store's too: it is small.
+    assert [rows is not None for rows in by_driver] == [by == "driver"] * 3
 
 
 def _store_reads(spark, monkeypatch, store: str) -> list[tuple[int, int, int, int]]:
@@ -235,6 +244,7 @@ def test_a_store_written_by_many_tasks_has_each_key_range_in_one_file(ivm, monke
     if write == "compaction":
         many()
         monkeypatch.setattr(heuristics, "WHOLE_STORE_COMPACTION_EVERY", 1)
+        monkeypatch.setattr(heuristics, "DRIVER_WRITE_ROWS", 0)  # Spark's compaction, not the driver's
         spark.conf.set(COMPACT_CONF, "1")
         spark.sql("INSERT INTO r VALUES (990, 5), (3, 1)")
         spark.sql("DELETE FROM s WHERE k = 500")

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
+from spark_ivm import heuristics
 from spark_ivm.errors import IVMError
 from spark_ivm.runtime import driver_files
 
@@ -68,16 +69,24 @@ class DeltaWrites:
         DataFrame's, as `append` does."""
         return self._write(snapshot, df, user_metadata, overwrite=True, replacing=replacing)
 
+    def overwrite_rows(self, snapshot: TableSnapshot, rows: pa.Table, user_metadata: str, replacing: FileSubset
+                       ) -> Written:
+        """Replace the rows of the files `replacing` with rows the driver holds (an Arrow table of the table's
+        schema, see driver_files.as_written), written without a Spark job in files of `STORE_FILE_ROWS` rows
+        each (rows in key order then keep narrow key ranges per file), as `overwrite` does."""
+        return self._write(snapshot, None, user_metadata, overwrite=True, replacing=replacing, rows=rows)
+
     def _write(self, snapshot: TableSnapshot, df, user_metadata: str, overwrite: bool,
                replacing: FileSubset | None = None, held: bool = False, arrow: pa.Table | None = None,
                rows: pa.Table | None = None) -> Written:
         """The write of append or overwrite; `rows`: instead of the DataFrame, rows the driver writes (an Arrow
-        table of the table's schema), in a commit that reads nothing of the table (see append_rows); `arrow`: see
-        append."""
+        table of the table's schema), in a commit that reads nothing of the table unless it overwrites (see
+        append_rows); `arrow`: see append."""
         delta_log, jsnapshot, meta = snapshot.handle
         txn = delta_log.startTransaction(self._option(meta), self._option(jsnapshot))
-        if rows is None:
+        if rows is None or overwrite:
             txn.readWholeTable()
+        if rows is None:
             if held and not overwrite and driver_files.writable(snapshot):
                 rows = driver_files.as_written(snapshot, arrow) if arrow is not None else None
                 if rows is None:
@@ -86,9 +95,10 @@ class DeltaWrites:
             else:
                 df = _cast(df, snapshot)
         if rows is not None:
-            add = driver_files.write_file(snapshot, rows)
-            action = self._static("org.apache.spark.sql.delta.actions.Action$.MODULE$").fromJson(add)
-            files = self._scala([action]).toList()
+            size = heuristics.STORE_FILE_ROWS if overwrite else max(rows.num_rows, 1)
+            parsed = self._static("org.apache.spark.sql.delta.actions.Action$.MODULE$")
+            files = self._scala([parsed.fromJson(driver_files.write_file(snapshot, rows.slice(start, size)))
+                                 for start in range(0, max(rows.num_rows, 1), size)]).toList()
         else:
             files = txn.writeFiles(df._jdf)
         actions = files

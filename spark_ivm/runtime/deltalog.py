@@ -100,6 +100,7 @@ class FileSubset:
     frame: object = field(repr=False)  # a DataFrame of their rows
     rows: int  # rows in them (those their statistics count)
     table_rows: int  # rows in all the table's files
+    actions: list = field(repr=False, default_factory=list)  # each AddFile as the log lists it (a dict)
 
 
 class DeltaLogs(DeltaWrites):
@@ -381,11 +382,12 @@ class DeltaLogs(DeltaWrites):
         listed = self._listed_files(snapshot)
         if listed is None:
             return None
-        counts = [(_stats(f) or {}).get("numRecords") for f in self.as_python(listed)]
+        actions = self.as_python(listed)
+        counts = [(_stats(f) or {}).get("numRecords") for f in actions]
         chosen = [i for i, n in enumerate(counts) if n is None or n < max_rows]
         files = [listed.apply(i) for i in chosen]
         return FileSubset(files, self._frame(snapshot, files), sum(counts[i] or 0 for i in chosen),
-                          sum(n or 0 for n in counts))
+                          sum(n or 0 for n in counts), [actions[i] for i in chosen])
 
     def _listed_files(self, snapshot: TableSnapshot, jsnapshot=None):
         """The AddFiles the snapshot's checksum lists (a Scala sequence); None when it lists none. jsnapshot:

@@ -200,14 +200,14 @@ def change_rows(snapshot, files, columns: list[tuple[str, str]], multiplicity: s
 
 def store_rows(snapshot, files: list[dict], condition, columns: list[str], max_rows: int) -> pa.Table | None:
     """The rows of the table's data files `files` (AddFile actions, as the log lists them) that the condition
-    (a key_conditions.Condition) holds for, their `columns` typed as Spark reads them. A column a file
+    (a key_conditions.Condition; None: every row) holds for, their `columns` typed as Spark reads them. A column a file
     lacks (written before the column was added) reads as NULL, as in Delta. None where there are more than
     max_rows (the read stops there), a file is not on this machine, a type is not read here exactly, or a
     value of the condition does not convert to its column's type."""
     types = {c: arrow_type(t) for c, t in snapshot.columns}
     if any(types[c] is None for c in columns):
         return None
-    expression = condition.arrow(types)
+    expression = condition.arrow(types) if condition is not None else pc.scalar(True)
     if expression is None:
         return None
     schema = pa.schema([pa.field(c, t) for c, t in types.items() if t is not None])

@@ -297,9 +297,15 @@ def append_sql(table: str, staged: str) -> str:
 
 
 def compact_rows_sql(table: str, staged: str, store: StoreColumns, partitions: int | None = None) -> str:
+    """The compacted rows (compacted_sql) in key order (see key_order), in `partitions` ranges of keys if
+    given."""
+    return ordered_rows_sql(compacted_sql(table, staged, store), store, partitions)
+
+
+def compacted_sql(table: str, staged: str, store: StoreColumns) -> str:
     """The store's rows (of `table`, a table expression of them) plus the staged ones, one row per map and
     key: values summed (NULL where 0: see staged_sql), keys whose values all sum to 0 dropped, bookkeeping
-    rows reduced to their latest value; in key order (see key_order), in `partitions` ranges of keys if given.
+    rows reduced to their latest value.
 
     Keys group NULL-safely (GROUP BY treats NULL as a value), so NULL group keys stay keys."""
     keys = ["map_id"] + store.keys + ["src"]
@@ -309,9 +315,8 @@ def compact_rows_sql(table: str, staged: str, store: StoreColumns, partitions: i
               else f"MAX({c}) AS {c}"
               for c, t in store.columns]
     live = " OR ".join(f"COALESCE(SUM({c}), 0) <> 0" for c in values) or "FALSE"
-    return ordered_rows_sql(f"SELECT {', '.join(select)} FROM "
-                            f"(SELECT * FROM {table} UNION ALL SELECT * FROM {staged}) AS rows "
-                            f"GROUP BY {', '.join(keys)} HAVING map_id < 0 OR {live}", store, partitions)
+    return (f"SELECT {', '.join(select)} FROM (SELECT * FROM {table} UNION ALL SELECT * FROM {staged}) AS rows "
+            f"GROUP BY {', '.join(keys)} HAVING map_id < 0 OR {live}")
 
 
 def key_order(store: StoreColumns) -> str:

@@ -32,6 +32,7 @@ from pyspark.sql import DataFrame
 from spark_ivm import config, heuristics, udfs
 from spark_ivm.calculus.analysis import has_delta, joins, relations
 from spark_ivm.errors import IVMError, RefreshError
+from spark_ivm.runtime.compaction import compact_on_driver, compacted_files
 from spark_ivm.runtime.deltalog import ConcurrentCommitError, TableSnapshot
 from spark_ivm.runtime.fused import Fused, fused_sql, trigger_items, with_families, with_shared
 from spark_ivm.runtime.mapstore import (
@@ -473,8 +474,10 @@ class StoreRefresh:
         try:
             # Rows the driver computed are written from there, as collected ones are.
             held, arrow = run.driver.held.get(staged), None
-            if (self.logs.available and not compact and held is not None
-                    and held.num_rows <= heuristics.DRIVER_WRITE_ROWS):
+            on_driver = (compact_on_driver(self.logs, run, store, store_columns, staged, sequence // compact_every)
+                         if self.logs.available and compact else None)
+            if on_driver is not None or (self.logs.available and not compact and held is not None
+                                         and held.num_rows <= heuristics.DRIVER_WRITE_ROWS):
                 rows = collected = run.local_rows(staged)
                 arrow = held  # the same rows, written as they are where their types allow it
             else:
@@ -499,8 +502,12 @@ class StoreRefresh:
                 rows = run.frame(staged)
             direct = collected is None and not run.materialize
             with run.timed("write"), session_settings(self.spark, STORE_WRITE_SETTINGS):
-                if compact:
-                    files = self._compacted_files(store, sequence // compact_every)
+                if on_driver is not None:
+                    compacted_rows, files = on_driver
+                    self.logs.overwrite_rows(store, compacted_rows, metadata, replacing=files)
+                    written = held.num_rows
+                elif compact:
+                    files = compacted_files(self.logs, store, sequence // compact_every)
                     rows_of = run.register(files.frame) if files else run.pinned(self.store, store.version)
                     partitions, parallelism = (None, {}) if files else store_write_parallelism(self.spark, store.size_bytes)
                     with session_settings(self.spark, parallelism):
@@ -520,14 +527,6 @@ class StoreRefresh:
             return written, staged, None
         # Rows held by the driver: filtering and selecting them runs no job.
         return written, staged, {w.entry.name: increment_rows(collected, w.entry) for w in work}
-
-    def _compacted_files(self, store: TableSnapshot, compaction: int):
-        """The store's files that its compaction number `compaction` rewrites: its small files (see
-        heuristics.compacts_whole_store); None for all of them."""
-        files = self.logs.small_files(store, heuristics.STORE_FILE_ROWS)
-        if files is None or heuristics.compacts_whole_store(files.rows, files.table_rows, compaction):
-            return None
-        return files
 
     def _write_sql(self, staged: str, store_columns: StoreColumns, sequence: int, metadata: str, compact: bool) -> int:
         """The write where the JVM's Delta log is out of reach (Spark Connect): SQL, exactly once through

@@ -1,0 +1,55 @@
+"""Which files of a map store a compaction rewrites, and a compaction the driver computes itself.
+
+Every `spark.ivm.compactEvery`-th refresh rewrites the store's small files (those its appends added) with
+its own staged rows, one row per map and key (mapstore.compact_rows_sql), and every few compactions the
+whole store (heuristics.compacts_whole_store). Spark's compaction is a job, a shuffle and a write of its
+own: seconds at SF 10, where the refresh itself takes a fraction of one. The small files of a few refreshes
+hold about as many rows as those refreshes wrote, so where the driver holds the staged rows (see
+local_sql) and can read those files (driver_files), it sums the rows in DuckDB and writes them as one
+file (in key order, in files of STORE_FILE_ROWS rows), in the same commit Spark's compaction would make; a
+compaction of the whole store too, where it is as small.
+"""
+
+from __future__ import annotations
+
+from spark_ivm import heuristics
+from spark_ivm.runtime import driver_files
+from spark_ivm.runtime.mapstore import StoreColumns, compacted_sql
+
+
+def compacted_files(logs, store, compaction: int):
+    """The store's files that its compaction number `compaction` rewrites: its small files (a FileSubset,
+    see heuristics.compacts_whole_store); None for all of them."""
+    files = logs.small_files(store, heuristics.STORE_FILE_ROWS)
+    if files is None or heuristics.compacts_whole_store(files.rows, files.table_rows, compaction):
+        return None
+    return files
+
+
+def compact_on_driver(logs, run, store, store_columns: StoreColumns, staged: str, compaction: int) -> tuple | None:
+    """The compaction number `compaction` of the store (a TableSnapshot) with the staged rows, computed by
+    the driver: (the compacted rows in key order and the store's types, the FileSubset they replace: its
+    small files, or all of them for a compaction of the whole store). None where Spark compacts: the driver
+    does not hold the staged rows, cannot read a file or compute the rows, or the files and the staged rows
+    hold more than DRIVER_WRITE_ROWS rows."""
+    held = run.driver.held.get(staged)
+    if held is None or not (driver_files.readable(store) and driver_files.writable(store)):
+        return None
+    with run.timed("write"):
+        files = logs.small_files(store, heuristics.STORE_FILE_ROWS)
+        if files is not None and heuristics.compacts_whole_store(files.rows, files.table_rows, compaction):
+            files = logs.small_files(store, files.table_rows + 1)  # every file
+        if files is None or files.rows + held.num_rows > heuristics.DRIVER_WRITE_ROWS:
+            return None
+        columns = [c for c, _ in store.columns]
+        old = driver_files.store_rows(store, files.actions, None, columns, heuristics.DRIVER_WRITE_ROWS)
+        if old is None or not set(columns) <= set(held.column_names):
+            return None
+        # Both in the table's column order: the union that sums them is by position.
+        run.driver.hold(f"{staged}_compacted", old)
+        run.driver.hold(f"{staged}_ordered", held.select(columns))
+        order = ", ".join(["map_id"] + store_columns.keys)
+        sql = compacted_sql(f"{staged}_compacted", f"{staged}_ordered", store_columns)
+        computed = run.driver.compute(f"{sql} ORDER BY {order}")
+        rows = driver_files.as_written(store, computed[0]) if computed is not None else None
+        return (rows, files) if rows is not None else None
