@@ -5,9 +5,11 @@ its own staged rows, one row per map and key (mapstore.compact_rows_sql), and ev
 whole store (heuristics.compacts_whole_store). Spark's compaction is a job, a shuffle and a write of its
 own: seconds at SF 10, where the refresh itself takes a fraction of one. The small files of a few refreshes
 hold about as many rows as those refreshes wrote, so where the driver holds the staged rows (see
-local_sql) and can read those files (driver_files), it sums the rows in DuckDB and writes them as one
-file (in key order, in files of STORE_FILE_ROWS rows), in the same commit Spark's compaction would make; a
-compaction of the whole store too, where it is as small.
+local_sql) and can read those files (driver_files), it sums the rows in DuckDB and writes them itself, in
+key order and in files of STORE_FILE_ROWS rows, in the same commit Spark's compaction would make; a
+compaction of the whole store too, where the store is as small. The files it writes carry Delta's minimum
+and maximum only for integer and date columns (driver_files.write_file): a read by decimal or string keys
+cannot skip them.
 """
 
 from __future__ import annotations
