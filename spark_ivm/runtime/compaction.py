@@ -14,6 +14,8 @@ cannot skip them.
 
 from __future__ import annotations
 
+import sys
+
 from spark_ivm import heuristics
 from spark_ivm.runtime import driver_files
 from spark_ivm.runtime.mapstore import StoreColumns, compacted_sql
@@ -28,19 +30,18 @@ def compacted_files(logs, store, compaction: int):
     return files
 
 
-def compact_on_driver(logs, run, store, store_columns: StoreColumns, staged: str, compaction: int) -> tuple | None:
-    """The compaction number `compaction` of the store (a TableSnapshot) with the staged rows, computed by
-    the driver: (the compacted rows in key order and the store's types, the FileSubset they replace: its
-    small files, or all of them for a compaction of the whole store). None where Spark compacts: the driver
+def compact_on_driver(logs, run, store, store_columns: StoreColumns, staged: str, files) -> tuple | None:
+    """The compaction of the store (a TableSnapshot) with the staged rows, computed by the driver: (the
+    compacted rows in key order and the store's types, the FileSubset they replace). `files`: the small files
+    the compaction rewrites (compacted_files), None for all of them. None where Spark compacts: the driver
     does not hold the staged rows, cannot read a file or compute the rows, or the files and the staged rows
     hold more than DRIVER_WRITE_ROWS rows."""
     held = run.driver.held.get(staged)
     if held is None or not (driver_files.readable(store) and driver_files.writable(store)):
         return None
     with run.timed("write"):
-        files = logs.small_files(store, heuristics.STORE_FILE_ROWS)
-        if files is not None and heuristics.compacts_whole_store(files.rows, files.table_rows, compaction):
-            files = logs.small_files(store, files.table_rows + 1)  # every file
+        if files is None:
+            files = logs.small_files(store, sys.maxsize)  # the whole store: every file
         if files is None or files.rows + held.num_rows > heuristics.DRIVER_WRITE_ROWS:
             return None
         columns = [c for c, _ in store.columns]

@@ -474,8 +474,10 @@ class StoreRefresh:
         try:
             # Rows the driver computed are written from there, as collected ones are.
             held, arrow = run.driver.held.get(staged), None
-            on_driver = (compact_on_driver(self.logs, run, store, store_columns, staged, sequence // compact_every)
-                         if self.logs.available and compact else None)
+            # The files a compaction rewrites (None: all of them), whether the driver or Spark rewrites them.
+            compacting = self.logs.available and compact
+            files = compacted_files(self.logs, store, sequence // compact_every) if compacting else None
+            on_driver = compact_on_driver(self.logs, run, store, store_columns, staged, files) if compacting else None
             if on_driver is not None or (self.logs.available and not compact and held is not None
                                          and held.num_rows <= heuristics.DRIVER_WRITE_ROWS):
                 rows = collected = run.local_rows(staged)
@@ -507,7 +509,6 @@ class StoreRefresh:
                     self.logs.overwrite_rows(store, compacted_rows, metadata, replacing=files)
                     written = held.num_rows
                 elif compact:
-                    files = compacted_files(self.logs, store, sequence // compact_every)
                     rows_of = run.register(files.frame) if files else run.pinned(self.store, store.version)
                     partitions, parallelism = (None, {}) if files else store_write_parallelism(self.spark, store.size_bytes)
                     with session_settings(self.spark, parallelism):
