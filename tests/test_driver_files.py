@@ -335,6 +335,44 @@ def test_rows_at_positions_are_read_in_order_decoding_no_further_than_the_last(t
     assert sum(decoded) == 128  # two batches of the first row group, none after
 
 
+def test_a_tables_file_list_brought_forward_by_its_commits_is_the_one_its_checksum_lists(spark, fresh_db, monkeypatch):
+    """The file list a session keeps of a table is brought forward by each commit after it (appends, a
+    deletion through a deletion vector, an update, a compaction, an overwrite of some rows): the checksum's
+    list is converted once, and after each commit the kept list is the one it gives converted anew."""
+    spark.sql("CREATE TABLE listed (k BIGINT, v STRING) USING delta TBLPROPERTIES (delta.enableDeletionVectors = true)")
+    logs = DeltaLogs(spark)
+    whole_lists = []
+    as_python = logs.as_python
+
+    def counted(value):
+        found = as_python(value)
+        if isinstance(found, list):
+            whole_lists.append(len(found))
+        return found
+
+    monkeypatch.setattr(logs, "as_python", counted)
+    vectors = False
+
+    def listing(table_logs):
+        snapshot = table_logs.snapshot(f"{fresh_db}.listed")
+        return sorted(json.dumps(f, sort_keys=True) for f in table_logs.listed_files(snapshot))
+
+    for statement in ["INSERT INTO listed SELECT id, CAST(id AS STRING) FROM range(0, 50)",
+                      "INSERT INTO listed SELECT id, 'x' FROM range(50, 80)",
+                      "DELETE FROM listed WHERE k % 7 = 0",
+                      "UPDATE listed SET v = 'y' WHERE k < 20",
+                      "OPTIMIZE listed",
+                      "INSERT INTO listed REPLACE WHERE k >= 60 SELECT id, 'z' FROM range(60, 70)",
+                      "INSERT INTO listed VALUES (1, NULL)"]:
+        spark.sql(statement)
+        kept = listing(logs)
+        assert kept == listing(DeltaLogs(spark)), statement
+        assert len(kept) == spark.sql("DESCRIBE DETAIL listed").first()["numFiles"], statement
+        vectors = vectors or any(json.loads(f).get("deletionVector") for f in kept)
+    assert vectors  # a file was listed with its deletion vector
+    assert len(whole_lists) == 1
+
+
 def test_a_table_replaced_by_another_process_is_read_as_it_is_now(spark, fresh_db):
     """The latest snapshot Delta holds is taken without listing the log only while the log shows nothing
     after it (DeltaLogs._latest): a table dropped and created again elsewhere, up to the same version, is

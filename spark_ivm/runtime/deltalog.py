@@ -35,6 +35,10 @@ log = logging.getLogger("spark_ivm")
 # The session catalog's errors for a table or database that does not exist (as PySpark names them, and as
 # the JVM does).
 _MISSING = ("[TABLE_OR_VIEW_NOT_FOUND]", "[SCHEMA_NOT_FOUND]", "NoSuchTableException", "NoSuchDatabaseException")
+# The tables whose file lists a session keeps (DeltaLogs._file_list): a few views' stores and sources.
+_LISTINGS_KEPT = 32
+# A kept file list is brought forward by at most this many commits; more are listed anew.
+_LISTING_FORWARD_COMMITS = 64
 # Reader features under which a data file without a deletion vector holds its rows as plain Parquet.
 _PLAIN_READER_FEATURES = frozenset({"deletionVectors", "timestampNtz", "v2Checkpoint", "vacuumProtocolCheck"})
 
@@ -111,6 +115,8 @@ class DeltaLogs(DeltaWrites):
         self._js = getattr(spark, "_jsparkSession", None)
         # A commit's file never changes: its actions by (table id, version), the latest ones read.
         self._actions: OrderedDict[tuple[str, int], list[dict]] = OrderedDict()
+        # The files of the latest version of each table listed: table id -> (version, files) (see _file_list).
+        self._listings: OrderedDict[str, tuple[int, list]] = OrderedDict()
         self._lock = threading.Lock()
         self._statics: dict[str, object] = {}
         self._json_mapper = None
@@ -331,13 +337,13 @@ class DeltaLogs(DeltaWrites):
         Reading the table by name instead makes Delta rebuild its state of a new version first (a few Spark
         jobs), to learn the files this snapshot's checksum already lists (for tables of at most
         spark.databricks.delta.allFilesInCrc.thresholdNumFiles files when they were written)."""
-        listed = self._listed_files(snapshot)
-        if listed is None:
+        files = self._file_list(snapshot)
+        if files is None:
             return None
-        kept = None if keep is None else [i for i, f in enumerate(self.as_python(listed)) if keep(_stats(f))]
-        if kept is None or len(kept) == listed.size():
-            return self._frame(snapshot, listed.toList())
-        return self._frame(snapshot, [listed.apply(i) for i in kept])
+        kept = None if keep is None else [f for f, stats in files if keep(stats)]
+        if kept is None or len(kept) == len(files):
+            return self._frame(snapshot, self._listed_files(snapshot).toList())
+        return self._frame(snapshot, self._add_files(kept))
 
     def version_frame(self, snapshot: TableSnapshot, version: int):
         """A DataFrame of the table's rows as of `version` (at most the snapshot's), from the files that
@@ -358,10 +364,10 @@ class DeltaLogs(DeltaWrites):
     def listed_files(self, snapshot: TableSnapshot, keep=None) -> list[dict] | None:
         """The AddFile actions (as Python values) the snapshot's checksum lists, of those only the files
         `keep(statistics)` holds for (as read_files); None when it does not list them."""
-        listed = self._listed_files(snapshot)
-        if listed is None:
+        files = self._file_list(snapshot)
+        if files is None:
             return None
-        return [f for f in self.as_python(listed) if keep is None or keep(_stats(f))]
+        return [f for f, stats in files if keep is None or keep(stats)]
 
     def rows_on_driver(self, snapshot: TableSnapshot, condition, columns: list[str], max_rows: int):
         """The table's rows as of the snapshot that the condition (a key_conditions.Condition) holds for,
@@ -379,15 +385,51 @@ class DeltaLogs(DeltaWrites):
     def small_files(self, snapshot: TableSnapshot, max_rows: int) -> FileSubset | None:
         """The files of the table's snapshot that hold fewer than max_rows rows each (or say nothing of
         their rows), as the checksum lists them; None when it does not list them."""
-        listed = self._listed_files(snapshot)
+        listed = self._file_list(snapshot)
         if listed is None:
             return None
-        actions = self.as_python(listed)
-        counts = [(_stats(f) or {}).get("numRecords") for f in actions]
-        chosen = [i for i, n in enumerate(counts) if n is None or n < max_rows]
-        files = [listed.apply(i) for i in chosen]
-        return FileSubset(files, self._frame(snapshot, files), sum(counts[i] or 0 for i in chosen),
-                          sum(n or 0 for n in counts), [actions[i] for i in chosen])
+        counts = [(stats or {}).get("numRecords") for _, stats in listed]
+        chosen = [f for (f, _), n in zip(listed, counts) if n is None or n < max_rows]
+        files = self._add_files(chosen)
+        return FileSubset(files, self._frame(snapshot, files),
+                          sum(n or 0 for n in counts if n is None or n < max_rows), sum(n or 0 for n in counts), chosen)
+
+    def _file_list(self, snapshot: TableSnapshot) -> list[tuple[dict, dict | None]] | None:
+        """Each AddFile the snapshot's checksum lists, as a Python value, with its statistics (as _stats);
+        None when the checksum lists none.
+
+        Converting the checksum's list costs in proportion to the table's files, and a refresh asks for the
+        files of its stores and sources several times, and commits to its stores. So the list of a table's
+        latest version is kept, and brought forward by the commits after it (their actions are read anyway
+        for the change data feed); listed anew where that does not account for every file removed."""
+        if self._listed_files(snapshot) is None:
+            return None
+        with self._lock:
+            kept = self._listings.get(snapshot.table_id)
+        files = None
+        if kept is not None and kept[0] == snapshot.version:
+            files = kept[1]
+        elif kept is not None and kept[0] < snapshot.version <= kept[0] + _LISTING_FORWARD_COMMITS:
+            try:
+                commits = [self.actions(snapshot, v) for v in range(kept[0] + 1, snapshot.version + 1)]
+            except Exception:  # a commit's file is gone (log cleanup): list the files anew
+                commits = None
+            files = commits and _forwarded(kept[1], commits)
+        if files is None:
+            files = [(f, _stats(f)) for f in self.as_python(self._listed_files(snapshot))]
+        with self._lock:
+            if kept is None or kept[0] <= snapshot.version:
+                self._listings[snapshot.table_id] = (snapshot.version, files)
+                self._listings.move_to_end(snapshot.table_id)
+                if len(self._listings) > _LISTINGS_KEPT:
+                    self._listings.popitem(last=False)
+        return files
+
+    def _add_files(self, files: list[dict]) -> list:
+        """The JVM's AddFile of each file (an AddFile action as a Python value): Delta parses them from the
+        log's format, as it reads a commit."""
+        parsed = self._static("org.apache.spark.sql.delta.actions.Action$.MODULE$")
+        return [parsed.fromJson(json.dumps({"add": f})) for f in files]
 
     def _listed_files(self, snapshot: TableSnapshot, jsnapshot=None):
         """The AddFiles the snapshot's checksum lists (a Scala sequence); None when it lists none. jsnapshot:
@@ -446,6 +488,21 @@ def _schema(schema_json: str):
 
 def _columns(schema) -> tuple[tuple[str, str], ...]:
     return tuple((f.name, f.dataType.simpleString()) for f in schema.fields)
+
+
+def _forwarded(files: list[tuple[dict, dict | None]], commits: list[list[dict]]) -> list | None:
+    """A table's files (AddFiles with their statistics, see DeltaLogs._file_list) after the commits (each a
+    list of actions, in order); None where a commit removes a file not among them."""
+    for actions in commits:
+        removed = {a["remove"]["path"] for a in actions if "remove" in a}
+        added = [a["add"] for a in actions if "add" in a]
+        if not removed <= {f["path"] for f, _ in files}:
+            return None
+        replaced = removed | {a["path"] for a in added}
+        # As the checksum lists a file: its add action with dataChange false, as Delta replays the log.
+        files = [(f, stats) for f, stats in files if f["path"] not in replaced] + [
+            ({**a, "dataChange": False}, _stats(a)) for a in added]
+    return files
 
 
 def _files_by_path(actions: list[dict]) -> dict[str, tuple[list[dict], list[dict]]]:
