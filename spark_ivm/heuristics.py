@@ -284,10 +284,10 @@ def store_write_partitions(read_bytes: int | None, shuffle_partitions: str | Non
 
 
 # Every spark.ivm.compactEvery-th refresh compacts the store. Most compactions rewrite only its small files
-# (fewer than STORE_FILE_ROWS rows: the refreshes' appends, what earlier such compactions wrote, the last
-# file of a build), summed per key with the refresh's increments, so that they cost what the changes do,
-# not what the store holds. Rows of a key whose values cancel out across a small file and a full one stay
-# until a compaction of the whole store: every WHOLE_STORE_COMPACTION_EVERY-th compaction, or one whose
+# (fewer than STORE_FILE_ROWS rows: what earlier such compactions wrote, the last file of a build) and the
+# files the refreshes appended since the last compaction (of any size), summed per key with the refresh's
+# increments, so that they cost what the changes do, not what the store holds. Rows of a key whose values
+# cancel out across a small file and a full one stay until a compaction of the whole store: every WHOLE_STORE_COMPACTION_EVERY-th compaction, or one whose
 # small files hold at least WHOLE_STORE_COMPACTION_PERCENT of the store's rows.
 WHOLE_STORE_COMPACTION_EVERY = _threshold(
     "WHOLE_STORE_COMPACTION_EVERY", 8,

@@ -126,6 +126,39 @@ def test_compactions_rewrite_the_small_files_and_every_few_the_whole_store(ivm, 
     assert [rows is not None for rows in by_driver] == [by == "driver"] * 3
 
 
+@pytest.mark.parametrize("by", ["driver", "spark"])
+def test_a_compaction_rewrites_the_files_appended_since_the_last_one_however_large(ivm, monkeypatch, by):
+    """Files a refresh appends are compacted at the next compaction even when they hold as many rows as a
+    full file (a large batch): the rows of a key inserted and deleted again do not pile up until a
+    compaction of the whole store. The build's full files stay."""
+    from spark_ivm import heuristics
+
+    spark = ivm
+    monkeypatch.setattr(heuristics, "STORE_FILE_ROWS", 1)  # no file is small: only appends are compacted
+    if by == "spark":
+        monkeypatch.setattr(heuristics, "DRIVER_WRITE_ROWS", 0)
+    spark.conf.set(COMPACT_CONF, "3")
+    spark.sql("INSERT INTO r SELECT CAST(id AS INT), CAST(id % 7 AS INT) FROM range(100)")
+    spark.sql("INSERT INTO s SELECT CAST(id AS INT), CAST(id % 5 AS INT), CAST(id % 3 AS INT) FROM range(100)")
+    spark.sql(f"CREATE INCREMENTAL VIEW v AS {QUERY}")
+    store = "v__ivm_maps"
+    built = set(_store_files(spark, store))
+    appended = set()
+    for round_no in range(1, 4):  # the 3rd refresh compacts
+        before = set(_store_files(spark, store))
+        statement = "INSERT INTO s VALUES (7, 2, 9), (8, NULL, 9)" if round_no % 2 else "DELETE FROM s WHERE g = 9"
+        spark.sql(statement)
+        assert spark.sql("REFRESH INCREMENTAL VIEW v").collect()[0]["status"] == "refreshed"
+        assert _bag(spark.table("v")) == _bag(spark.sql(QUERY)), f"round {round_no}"
+        after = set(_store_files(spark, store))
+        if round_no < 3:
+            appended |= after - before
+    assert appended and built <= after and not appended & after
+    # The keys of g = 9, inserted and deleted again, are gone from the store.
+    compacted = spark.read.parquet(*(after - built)).where("map_id >= 0")
+    _assert_one_live_row_per_key(compacted)
+
+
 def _store_reads(spark, monkeypatch, store: str) -> list[tuple[int, int, int, int]]:
     """Records, for each refresh that reads the store once, (rows it copies, files it reads, the store's
     rows, the store's files), the store taken as first created. Counted while the refresh runs: the

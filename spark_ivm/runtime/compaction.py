@@ -1,15 +1,15 @@
 """Which files of a map store a compaction rewrites, and a compaction the driver computes itself.
 
-Every `spark.ivm.compactEvery`-th refresh rewrites the store's small files (those its appends added) with
-its own staged rows, one row per map and key (mapstore.compact_rows_sql), and every few compactions the
-whole store (heuristics.compacts_whole_store). Spark's compaction is a job, a shuffle and a write of its
-own: seconds at SF 10, where the refresh itself takes a fraction of one. The small files of a few refreshes
-hold about as many rows as those refreshes wrote, so where the driver holds the staged rows (see
-local_sql) and can read those files (driver_files), it sums the rows in DuckDB and writes them itself, in
-key order and in files of STORE_FILE_ROWS rows, in the same commit Spark's compaction would make; a
-compaction of the whole store too, where the store is as small. The files it writes carry Delta's minimum
-and maximum only for integer and date columns (driver_files.write_file): a read by decimal or string keys
-cannot skip them.
+Every `spark.ivm.compactEvery`-th refresh rewrites the store's small files, and the files appended since the
+last compaction however large (at SF 10 a refresh's batch appends hundreds of thousands of rows), with its
+own staged rows, one row per map and key (mapstore.compact_rows_sql), and every few compactions the whole
+store (heuristics.compacts_whole_store). Spark's compaction is a job, a shuffle and a write of its own:
+seconds at SF 10, where the refresh itself takes a fraction of one. The files of a few refreshes hold about
+as many rows as those refreshes wrote, so where the driver holds the staged rows (see local_sql) and can
+read those files (driver_files), it sums the rows in DuckDB and writes them itself, in key order and in
+files of STORE_FILE_ROWS rows, in the same commit Spark's compaction would make; a compaction of the whole
+store too, where the store is as small. The files it writes carry Delta's minimum and maximum only for
+integer and date columns (driver_files.write_file): a read by decimal or string keys cannot skip them.
 """
 
 from __future__ import annotations
@@ -21,10 +21,11 @@ from spark_ivm.runtime import driver_files
 from spark_ivm.runtime.mapstore import StoreColumns, compacted_sql
 
 
-def compacted_files(logs, store, compaction: int):
-    """The store's files that its compaction number `compaction` rewrites: its small files (a FileSubset,
-    see heuristics.compacts_whole_store); None for all of them."""
-    files = logs.small_files(store, heuristics.STORE_FILE_ROWS)
+def compacted_files(logs, store, compaction: int, compact_every: int):
+    """The store's files that its compaction number `compaction` rewrites: its small files and those the
+    refreshes since the last compaction appended, however large (a FileSubset, see
+    heuristics.compacts_whole_store); None for all of them. compact_every: refreshes between compactions."""
+    files = logs.small_files(store, heuristics.STORE_FILE_ROWS, logs.appended_files(store, 2 * compact_every))
     if files is None or heuristics.compacts_whole_store(files.rows, files.table_rows, compaction):
         return None
     return files

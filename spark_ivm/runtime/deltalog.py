@@ -382,17 +382,36 @@ class DeltaLogs(DeltaWrites):
             return None
         return driver_files.store_rows(snapshot, files, condition, columns, max_rows)
 
-    def small_files(self, snapshot: TableSnapshot, max_rows: int) -> FileSubset | None:
+    def small_files(self, snapshot: TableSnapshot, max_rows: int, paths=frozenset()) -> FileSubset | None:
         """The files of the table's snapshot that hold fewer than max_rows rows each (or say nothing of
-        their rows), as the checksum lists them; None when it does not list them."""
+        their rows), or whose path is among `paths`, as the checksum lists them; None when it does not
+        list them."""
         listed = self._file_list(snapshot)
         if listed is None:
             return None
         counts = [(stats or {}).get("numRecords") for _, stats in listed]
-        chosen = [f for (f, _), n in zip(listed, counts) if n is None or n < max_rows]
-        files = self._add_files(chosen)
-        return FileSubset(files, self._frame(snapshot, files),
-                          sum(n or 0 for n in counts if n is None or n < max_rows), sum(n or 0 for n in counts), chosen)
+        chosen = [i for i, ((f, _), n) in enumerate(zip(listed, counts))
+                  if n is None or n < max_rows or f["path"] in paths]
+        files = self._add_files([listed[i][0] for i in chosen])
+        return FileSubset(files, self._frame(snapshot, files), sum(counts[i] or 0 for i in chosen),
+                          sum(n or 0 for n in counts), [listed[i][0] for i in chosen])
+
+    def appended_files(self, snapshot: TableSnapshot, max_commits: int) -> set[str]:
+        """The paths of the files that the table's latest commits appended (WRITE in mode Append), since
+        the last commit of another kind (an overwrite, a compaction, the table's creation), looking at most
+        max_commits commits back."""
+        paths: set[str] = set()
+        for version in range(snapshot.version, max(-1, snapshot.version - max_commits), -1):
+            try:
+                actions = self.actions(snapshot, version)
+            except Exception:  # the commit's file is gone (log cleanup): no earlier append is known
+                break
+            info = next((a["commitInfo"] for a in actions if "commitInfo" in a), {})
+            if (info.get("operation"), (info.get("operationParameters") or {}).get("mode")) != ("WRITE", "Append") \
+                    or any("remove" in a for a in actions):
+                break
+            paths.update(a["add"]["path"] for a in actions if "add" in a)
+        return paths
 
     def _file_list(self, snapshot: TableSnapshot) -> list[tuple[dict, dict | None]] | None:
         """Each AddFile the snapshot's checksum lists, as a Python value, with its statistics (as _stats);

@@ -476,7 +476,7 @@ class StoreRefresh:
             held, arrow = run.driver.held.get(staged), None
             # The files a compaction rewrites (None: all of them), whether the driver or Spark rewrites them.
             compacting = self.logs.available and compact
-            files = compacted_files(self.logs, store, sequence // compact_every) if compacting else None
+            files = compacted_files(self.logs, store, sequence // compact_every, compact_every) if compacting else None
             on_driver = compact_on_driver(self.logs, run, store, store_columns, staged, files) if compacting else None
             if on_driver is not None or (self.logs.available and not compact and held is not None
                                          and held.num_rows <= heuristics.DRIVER_WRITE_ROWS):
