@@ -286,8 +286,10 @@ def store_write_partitions(read_bytes: int | None, shuffle_partitions: str | Non
 # Every spark.ivm.compactEvery-th refresh compacts the store. Most compactions rewrite only its small files
 # (fewer than STORE_FILE_ROWS rows: what earlier such compactions wrote, the last file of a build) and the
 # files the refreshes appended since the last compaction (of any size), summed per key with the refresh's
-# increments, so that they cost what the changes do, not what the store holds. Rows of a key whose values
-# cancel out across a small file and a full one stay until a compaction of the whole store: every WHOLE_STORE_COMPACTION_EVERY-th compaction, or one whose
+# increments, so that they cost what the changes do, not what the store holds (and a refresh compacts
+# before its turn where the appended files would otherwise outgrow DRIVER_WRITE_ROWS, see
+# compaction.compacts_early). Rows of a key whose values cancel out across a small file and a full one stay
+# until a compaction of the whole store: every WHOLE_STORE_COMPACTION_EVERY-th compaction, or one whose
 # small files hold at least WHOLE_STORE_COMPACTION_PERCENT of the store's rows.
 WHOLE_STORE_COMPACTION_EVERY = _threshold(
     "WHOLE_STORE_COMPACTION_EVERY", 8,
@@ -297,10 +299,11 @@ WHOLE_STORE_COMPACTION_PERCENT = _threshold(
     "A compaction rewrites the whole map store when its small files hold at least this percent of its rows.")
 
 
-def compacts_whole_store(small_rows: int, store_rows: int, compaction: int) -> bool:
-    """Whether the store's compaction number `compaction` (counted from 1) rewrites all its files, when its
-    small files hold small_rows of its store_rows rows."""
-    return compaction % max(1, WHOLE_STORE_COMPACTION_EVERY) == 0 \
+def compacts_whole_store(small_rows: int, store_rows: int, compaction: int | None) -> bool:
+    """Whether the store's compaction number `compaction` (counted from 1; None: one before its turn, see
+    compaction.compacts_early) rewrites all its files, when the files it would rewrite otherwise hold
+    small_rows of its store_rows rows."""
+    return (compaction is not None and compaction % max(1, WHOLE_STORE_COMPACTION_EVERY) == 0) \
         or small_rows * 100 >= WHOLE_STORE_COMPACTION_PERCENT * store_rows
 
 
@@ -340,13 +343,15 @@ DRIVER_BATCH_BYTES = _threshold(
 # reads the files that can hold them (their statistics say) and keeps the rows the copy's condition holds
 # for, where Spark's copy costs a job to choose the files and one to filter them. The files bound the read's
 # time; the rows kept bound what the driver holds and hands to Spark, and past them the read stops and
-# Spark copies instead.
+# Spark copies instead. That fallback costs many times the driver's read where the statements would have
+# run in DuckDB (Spark then runs them over the copy), so the bound leaves room above what a large view's
+# refresh at a large batch reads (TPC-H Q9 at SF 10: up to about a million rows between compactions).
 DRIVER_STORE_BYTES = _threshold(
     "DRIVER_STORE_BYTES", 512 << 20,
     "The store's rows a refresh copies are read by the driver where the files that can hold them take at "
     "most this many bytes.")
 DRIVER_STORE_ROWS = _threshold(
-    "DRIVER_STORE_ROWS", 1_000_000,
+    "DRIVER_STORE_ROWS", 2_000_000,
     "The store's rows a refresh copies are read by the driver only where they are at most this many.")
 # Staged rows the driver computed (in DuckDB) are appended from there, as one Parquet file it writes, where
 # Spark would first copy them into a checkpoint (a job), then write them (a job, and Delta's statistics) and
@@ -355,7 +360,8 @@ DRIVER_STORE_ROWS = _threshold(
 DRIVER_WRITE_ROWS = _threshold(
     "DRIVER_WRITE_ROWS", 1_000_000,
     "A refresh appends the staged rows the driver computed from the driver where they are at most this many, "
-    "and compacts the store's small files there where they and the staged rows hold at most this many.")
+    "and compacts the store's appended and small files there where they and the staged rows hold at most "
+    "this many, before the compaction's turn where another such refresh would take them past it.")
 # See runtime/local_sql.py: statements whose every input the driver holds run in DuckDB there. Bounded, so
 # that a statement whose joins multiply its rows fails there and runs in Spark instead.
 DRIVER_STATEMENTS_MEMORY_MB = _threshold(

@@ -159,6 +159,34 @@ def test_a_compaction_rewrites_the_files_appended_since_the_last_one_however_lar
     _assert_one_live_row_per_key(compacted)
 
 
+def test_a_refresh_compacts_before_its_turn_where_the_appends_would_outgrow_the_drivers_compaction(ivm, monkeypatch):
+    """Where the files appended since the last compaction and the refresh's rows fit DRIVER_WRITE_ROWS and
+    another refresh's rows would not, the refresh compacts them on the driver, before compactEvery says:
+    what appends pile up stays within what the driver compacts (and reads at a batch's keys)."""
+    from spark_ivm import heuristics
+
+    spark = ivm
+    by_driver = []
+    compact_on_driver = refresh.compact_on_driver
+    monkeypatch.setattr(refresh, "compact_on_driver",
+                        lambda *a: by_driver.append(compact_on_driver(*a)) or by_driver[-1])
+    spark.conf.set(COMPACT_CONF, "100")
+    spark.sql("INSERT INTO r SELECT CAST(id AS INT), CAST(id % 7 AS INT) FROM range(100)")
+    spark.sql("INSERT INTO s SELECT CAST(id AS INT), CAST(id % 5 AS INT), CAST(id % 3 AS INT) FROM range(100)")
+    spark.sql(f"CREATE INCREMENTAL VIEW v AS {QUERY}")
+    store = "v__ivm_maps"
+    # The driver compacts the store as built and a few refreshes' rows, not many.
+    monkeypatch.setattr(heuristics, "DRIVER_WRITE_ROWS", spark.table(store).count() + 20)
+    for round_no in range(1, 9):
+        spark.sql(f"INSERT INTO s VALUES ({round_no}, {round_no}, {10 + round_no})")
+        assert spark.sql("REFRESH INCREMENTAL VIEW v").collect()[0]["status"] == "refreshed"
+        assert _bag(spark.table("v")) == _bag(spark.sql(QUERY)), f"round {round_no}"
+    modes = [r["operationParameters"]["mode"] for r in spark.sql(f"DESCRIBE HISTORY {store}").collect()
+             if r["operation"] == "WRITE"]
+    assert "Overwrite" in modes and by_driver and all(rows is not None for rows in by_driver)
+    _assert_one_live_row_per_key(spark.sql(f"SELECT * FROM {store} WHERE map_id >= 0"))
+
+
 def _store_reads(spark, monkeypatch, store: str) -> list[tuple[int, int, int, int]]:
     """Records, for each refresh that reads the store once, (rows it copies, files it reads, the store's
     rows, the store's files), the store taken as first created. Counted while the refresh runs: the

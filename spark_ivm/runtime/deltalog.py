@@ -389,12 +389,18 @@ class DeltaLogs(DeltaWrites):
         listed = self._file_list(snapshot)
         if listed is None:
             return None
-        counts = [(stats or {}).get("numRecords") for _, stats in listed]
-        chosen = [i for i, ((f, _), n) in enumerate(zip(listed, counts))
-                  if n is None or n < max_rows or f["path"] in paths]
-        files = self._add_files([listed[i][0] for i in chosen])
-        return FileSubset(files, self._frame(snapshot, files), sum(counts[i] or 0 for i in chosen),
-                          sum(n or 0 for n in counts), [listed[i][0] for i in chosen])
+        chosen = [f for f, stats in listed if _small(f, stats, max_rows, paths)]
+        files = self._add_files(chosen)
+        return FileSubset(files, self._frame(snapshot, files), self.small_file_rows(snapshot, max_rows, paths),
+                          sum((stats or {}).get("numRecords") or 0 for _, stats in listed), chosen)
+
+    def small_file_rows(self, snapshot: TableSnapshot, max_rows: int, paths=frozenset()) -> int | None:
+        """The rows of the files small_files chooses, as their statistics count them; None when the checksum
+        does not list the files."""
+        listed = self._file_list(snapshot)
+        if listed is None:
+            return None
+        return sum((stats or {}).get("numRecords") or 0 for f, stats in listed if _small(f, stats, max_rows, paths))
 
     def appended_files(self, snapshot: TableSnapshot, max_commits: int) -> set[str]:
         """The paths of the files that the table's latest commits appended (WRITE in mode Append), since
@@ -507,6 +513,12 @@ def _schema(schema_json: str):
 
 def _columns(schema) -> tuple[tuple[str, str], ...]:
     return tuple((f.name, f.dataType.simpleString()) for f in schema.fields)
+
+
+def _small(file: dict, stats: dict | None, max_rows: int, paths) -> bool:
+    """Whether small_files chooses the file: fewer than max_rows rows (or no count), or among the paths."""
+    rows = (stats or {}).get("numRecords")
+    return rows is None or rows < max_rows or file["path"] in paths
 
 
 def _forwarded(files: list[tuple[dict, dict | None]], commits: list[list[dict]]) -> list | None:

@@ -32,7 +32,7 @@ from pyspark.sql import DataFrame
 from spark_ivm import config, heuristics, udfs
 from spark_ivm.calculus.analysis import has_delta, joins, relations
 from spark_ivm.errors import IVMError, RefreshError
-from spark_ivm.runtime.compaction import compact_on_driver, compacted_files
+from spark_ivm.runtime.compaction import compact_on_driver, compacted_files, compacts_early
 from spark_ivm.runtime.deltalog import ConcurrentCommitError, TableSnapshot
 from spark_ivm.runtime.fused import Fused, fused_sql, trigger_items, with_families, with_shared
 from spark_ivm.runtime.mapstore import (
@@ -469,15 +469,21 @@ class StoreRefresh:
         write them, the increments of each view's own maps (raw, see viewsql.map_columns) by view name."""
         metadata = bookkeeping_metadata(bookkeeping)
         compact_every = config.COMPACT_EVERY.get(self.spark)
-        compact = compact_every > 0 and sequence % compact_every == 0
+        due = compact_every > 0 and sequence % compact_every == 0
         crash_point("before_write")
         try:
             # Rows the driver computed are written from there, as collected ones are.
             held, arrow = run.driver.held.get(staged), None
+            early = (not due and compact_every > 0 and self.logs.available and held is not None
+                     and compacts_early(self.logs, store, held.num_rows, compact_every))
+            compact = due or early
             # The files a compaction rewrites (None: all of them), whether the driver or Spark rewrites them.
             compacting = self.logs.available and compact
-            files = compacted_files(self.logs, store, sequence // compact_every, compact_every) if compacting else None
+            number = sequence // compact_every if due else None
+            files = compacted_files(self.logs, store, number, compact_every) if compacting else None
             on_driver = compact_on_driver(self.logs, run, store, store_columns, staged, files) if compacting else None
+            if early and on_driver is None:  # before its turn only where the driver compacts
+                compact = False
             if on_driver is not None or (self.logs.available and not compact and held is not None
                                          and held.num_rows <= heuristics.DRIVER_WRITE_ROWS):
                 rows = collected = run.local_rows(staged)
