@@ -84,6 +84,23 @@ def _store_files(spark, store: str) -> dict[str, int]:
     return {r["f"]: r["n"] for r in rows}
 
 
+def _compactions_on_driver(monkeypatch) -> list:
+    """Records, per compaction, what the driver's compaction gave (None: Spark compacted)."""
+    by_driver = []
+    compact_on_driver = refresh.compact_on_driver
+    monkeypatch.setattr(refresh, "compact_on_driver",
+                        lambda *a: by_driver.append(compact_on_driver(*a)) or by_driver[-1])
+    return by_driver
+
+
+def _view_over_rows(spark, rows: int) -> str:
+    """View v over `rows` rows of r and of s; its store's name."""
+    spark.sql(f"INSERT INTO r SELECT CAST(id AS INT), CAST(id % 7 AS INT) FROM range({rows})")
+    spark.sql(f"INSERT INTO s SELECT CAST(id AS INT), CAST(id % 5 AS INT), CAST(id % 3 AS INT) FROM range({rows})")
+    spark.sql(f"CREATE INCREMENTAL VIEW v AS {QUERY}")
+    return "v__ivm_maps"
+
+
 @pytest.mark.parametrize("by", ["driver", "spark"])
 def test_compactions_rewrite_the_small_files_and_every_few_the_whole_store(ivm, monkeypatch, by):
     from spark_ivm import heuristics
@@ -97,15 +114,9 @@ def test_compactions_rewrite_the_small_files_and_every_few_the_whole_store(ivm, 
     monkeypatch.setattr(heuristics, "WHOLE_STORE_COMPACTION_EVERY", 3)
     if by == "spark":  # more rows than the driver compacts
         monkeypatch.setattr(heuristics, "DRIVER_WRITE_ROWS", 0)
-    by_driver = []  # per compaction, whether the driver computed it
-    compact_on_driver = refresh.compact_on_driver
-    monkeypatch.setattr(refresh, "compact_on_driver",
-                        lambda *a: by_driver.append(compact_on_driver(*a)) or by_driver[-1])
+    by_driver = _compactions_on_driver(monkeypatch)
     spark.conf.set(COMPACT_CONF, "1")
-    spark.sql("INSERT INTO r SELECT CAST(id AS INT), CAST(id % 7 AS INT) FROM range(200)")
-    spark.sql("INSERT INTO s SELECT CAST(id AS INT), CAST(id % 5 AS INT), CAST(id % 3 AS INT) FROM range(200)")
-    spark.sql(f"CREATE INCREMENTAL VIEW v AS {QUERY}")
-    store = "v__ivm_maps"
+    store = _view_over_rows(spark, 200)
     for round_no in range(1, 4):
         before = _store_files(spark, store)
         _change(spark, rng)  # NULLs, duplicates and deletes among the keys of the full files
@@ -138,10 +149,7 @@ def test_a_compaction_rewrites_the_files_appended_since_the_last_one_however_lar
     if by == "spark":
         monkeypatch.setattr(heuristics, "DRIVER_WRITE_ROWS", 0)
     spark.conf.set(COMPACT_CONF, "3")
-    spark.sql("INSERT INTO r SELECT CAST(id AS INT), CAST(id % 7 AS INT) FROM range(100)")
-    spark.sql("INSERT INTO s SELECT CAST(id AS INT), CAST(id % 5 AS INT), CAST(id % 3 AS INT) FROM range(100)")
-    spark.sql(f"CREATE INCREMENTAL VIEW v AS {QUERY}")
-    store = "v__ivm_maps"
+    store = _view_over_rows(spark, 100)
     built = set(_store_files(spark, store))
     appended = set()
     for round_no in range(1, 4):  # the 3rd refresh compacts
@@ -154,7 +162,7 @@ def test_a_compaction_rewrites_the_files_appended_since_the_last_one_however_lar
         if round_no < 3:
             appended |= after - before
     assert appended and built <= after and not appended & after
-    # The keys of g = 9, inserted and deleted again, are gone from the store.
+    # What replaced them: one row per map and key, none of a key whose values cancelled out.
     compacted = spark.read.parquet(*(after - built)).where("map_id >= 0")
     _assert_one_live_row_per_key(compacted)
 
@@ -166,15 +174,9 @@ def test_a_refresh_compacts_before_its_turn_where_the_appends_would_outgrow_the_
     from spark_ivm import heuristics
 
     spark = ivm
-    by_driver = []
-    compact_on_driver = refresh.compact_on_driver
-    monkeypatch.setattr(refresh, "compact_on_driver",
-                        lambda *a: by_driver.append(compact_on_driver(*a)) or by_driver[-1])
+    by_driver = _compactions_on_driver(monkeypatch)
     spark.conf.set(COMPACT_CONF, "100")
-    spark.sql("INSERT INTO r SELECT CAST(id AS INT), CAST(id % 7 AS INT) FROM range(100)")
-    spark.sql("INSERT INTO s SELECT CAST(id AS INT), CAST(id % 5 AS INT), CAST(id % 3 AS INT) FROM range(100)")
-    spark.sql(f"CREATE INCREMENTAL VIEW v AS {QUERY}")
-    store = "v__ivm_maps"
+    store = _view_over_rows(spark, 100)
     # The driver compacts the store as built and a few refreshes' rows, not many.
     monkeypatch.setattr(heuristics, "DRIVER_WRITE_ROWS", spark.table(store).count() + 20)
     for round_no in range(1, 9):
