@@ -46,9 +46,10 @@ CATALOG = Setting(
     "The Delta table holding the incremental views' definitions (created when the first view is).")
 COMPACT_EVERY = Setting(
     "spark.ivm.compactEvery", 8,
-    "Every this many refreshes of a map store compact it instead of appending to it: it rewrites the store's "
-    "small files (every 8th time the whole store) with one row per map and key, dropping keys whose value is "
-    "0; 0: never.", minimum=0)
+    "Every this many refreshes of a map store compact it instead of appending to it: it rewrites the files "
+    "appended since the last compaction and the store's small files (every 8th time the whole store) with one "
+    "row per map and key, dropping keys whose value is 0; a refresh compacts sooner where the appends would "
+    "outgrow what the driver compacts; 0: never.", minimum=0)
 CODEGEN = Setting(
     "spark.ivm.codegen", "on",
     "How a refresh runs its Spark plans: on, compiled to code; off, interpreted; auto, interpreted when the "

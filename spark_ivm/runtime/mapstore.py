@@ -6,8 +6,9 @@
 A map's value at a key is the SUM of its rows at that key: a refresh appends each map's increments
 (one row per map and key) instead of updating rows in place, because on Delta an append is one cheap
 commit while a MERGE costs several Spark jobs to find and rewrite the rows it touches. Every
-`spark.ivm.compactEvery`-th refresh of a store (config.COMPACT_EVERY) overwrites it with one row per key instead, dropping keys whose
-value reached 0, so the rows a read aggregates stay bounded. Building and compacting a store write its
+`spark.ivm.compactEvery`-th refresh of a store (config.COMPACT_EVERY; sooner, see compaction.compacts_early)
+overwrites the files appended since the last one and the small ones with one row per key instead, dropping
+keys whose value reached 0, so the rows a read aggregates stay bounded. Building and compacting a store write its
 rows sorted by map and key (`key_order`) in files of bounded size, so that a refresh reading a map only
 at the keys its batches can join (`WHERE k BETWEEN …`, see key_conditions) reads few of its files.
 
