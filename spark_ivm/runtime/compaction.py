@@ -21,24 +21,22 @@ from spark_ivm.runtime import driver_files
 from spark_ivm.runtime.mapstore import StoreColumns, compacted_sql
 
 
-def compacts_early(logs, store, staged_rows: int, compact_every: int) -> bool:
-    """Whether a refresh compacts the store before its turn: the files a compaction rewrites (those
-    appended since the last one, and the small ones) and its staged rows fit what the driver compacts
+def compacts_early(logs, store, staged_rows: int, appended: set[str]) -> bool:
+    """Whether a refresh compacts the store before its turn: the files a compaction rewrites (`appended`, the
+    paths appended since the last one, and the small ones) and its staged rows fit what the driver compacts
     (DRIVER_WRITE_ROWS), and with another refresh's as many rows they would not. The rows of keys changed
     again and again pile up in the appended files until a compaction; with large batches they would outgrow
     the driver's compaction, and the driver's read of the store at a batch's keys (DRIVER_STORE_ROWS),
     before the refresh whose turn it is."""
-    appended = logs.appended_files(store, 2 * compact_every)
     rows = logs.small_file_rows(store, heuristics.STORE_FILE_ROWS, appended) if appended else None
     return rows is not None and rows + staged_rows <= heuristics.DRIVER_WRITE_ROWS < rows + 2 * staged_rows
 
 
-def compacted_files(logs, store, compaction: int | None, compact_every: int):
+def compacted_files(logs, store, compaction: int | None, appended: set[str]):
     """The store's files that its compaction number `compaction` (None: one before its turn) rewrites: its
-    small files and those the refreshes since the last compaction appended, however large (a FileSubset,
-    see heuristics.compacts_whole_store); None for all of them. compact_every: refreshes between
-    compactions."""
-    files = logs.small_files(store, heuristics.STORE_FILE_ROWS, logs.appended_files(store, 2 * compact_every))
+    small files and those the refreshes since the last compaction appended (`appended`, their paths),
+    however large (a FileSubset, see heuristics.compacts_whole_store); None for all of them."""
+    files = logs.small_files(store, heuristics.STORE_FILE_ROWS, appended)
     if files is None or heuristics.compacts_whole_store(files.rows, files.table_rows, compaction):
         return None
     return files

@@ -342,7 +342,10 @@ class DeltaLogs(DeltaWrites):
             return None
         kept = None if keep is None else [f for f, stats in files if keep(stats)]
         if kept is None or len(kept) == len(files):
-            return self._frame(snapshot, self._listed_files(snapshot).toList())
+            listed = self._listed_files(snapshot)
+            if listed is not None:
+                return self._frame(snapshot, listed.toList())
+            kept = [f for f, _ in files]
         return self._frame(snapshot, self._add_files(kept))
 
     def version_frame(self, snapshot: TableSnapshot, version: int):
@@ -427,14 +430,14 @@ class DeltaLogs(DeltaWrites):
         files of its stores and sources several times, and commits to its stores. So the list of a table's
         latest version is kept, and brought forward by the commits after it (their actions are read anyway
         for the change data feed); listed anew where that does not account for every file removed."""
-        if self._listed_files(snapshot) is None:
-            return None
         with self._lock:
             kept = self._listings.get(snapshot.table_id)
-        files = None
         if kept is not None and kept[0] == snapshot.version:
-            files = kept[1]
-        elif kept is not None and kept[0] < snapshot.version <= kept[0] + _LISTING_FORWARD_COMMITS:
+            return kept[1]  # kept only where this version's checksum lists the files
+        if self._listed_files(snapshot) is None:
+            return None
+        files = None
+        if kept is not None and kept[0] < snapshot.version <= kept[0] + _LISTING_FORWARD_COMMITS:
             try:
                 commits = [self.actions(snapshot, v) for v in range(kept[0] + 1, snapshot.version + 1)]
             except Exception:  # a commit's file is gone (log cleanup): list the files anew

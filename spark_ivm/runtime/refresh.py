@@ -474,13 +474,16 @@ class StoreRefresh:
         try:
             # Rows the driver computed are written from there, as collected ones are.
             held, arrow = run.driver.held.get(staged), None
-            early = (not due and compact_every > 0 and self.logs.available and held is not None
-                     and compacts_early(self.logs, store, held.num_rows, compact_every))
+            # The files appended since the last compaction (looked for at most two intervals back), which a
+            # compaction rewrites, and whose rows may make one come before its turn.
+            appended = (self.logs.appended_files(store, 2 * compact_every)
+                        if compact_every > 0 and self.logs.available and (due or held is not None) else set())
+            early = not due and held is not None and compacts_early(self.logs, store, held.num_rows, appended)
             compact = due or early
             # The files a compaction rewrites (None: all of them), whether the driver or Spark rewrites them.
             compacting = self.logs.available and compact
             number = sequence // compact_every if due else None
-            files = compacted_files(self.logs, store, number, compact_every) if compacting else None
+            files = compacted_files(self.logs, store, number, appended) if compacting else None
             on_driver = compact_on_driver(self.logs, run, store, store_columns, staged, files) if compacting else None
             if early and on_driver is None:  # before its turn only where the driver compacts
                 compact = False
